@@ -1,0 +1,5 @@
+"""``python -m llmtriage``."""
+
+from llmtriage.cli import main
+
+main()

@@ -1,0 +1,472 @@
+"""The catalogs: data files shipped with the package, loaded once and validated on load.
+
+Signatures, the diagnostic tree, the Xid table, metric name maps, launch flags, GPUs and models all
+live in ``*.yaml`` next to this module; code never hard-codes what these files say.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+ROLES = frozenset({"error", "wrapper", "context", "marker", "fact", "stats", "access"})
+FACT_TARGETS = frozenset({"memory", "launch", "meta", "bench", "offload"})
+
+
+class CatalogError(Exception):
+    """A catalog data file is malformed (a packaging bug, caught by the tests)."""
+
+
+def load_yaml(name: str) -> Any:
+    """Parse the packaged data file ``name``."""
+    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """One known log line: what it means and which causes it points to."""
+
+    id: str
+    engine: str
+    phase: str
+    role: str
+    family: str
+    causes: tuple[str, ...]
+    pattern: str
+    target: str | None
+    marks: str | None
+    example: str
+    meaning: str
+    first_check: str
+    source: str
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        """The compiled pattern."""
+        return _compiled(self.pattern)
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+@cache
+def signatures() -> tuple[Signature, ...]:
+    """All log signatures, in catalog order."""
+    data = load_yaml("signatures.yaml")
+    result = []
+    seen: set[str] = set()
+    for raw in data["signatures"]:
+        sig = Signature(
+            id=raw["id"],
+            engine=raw.get("engine", "any"),
+            phase=raw.get("phase", "serving"),
+            role=raw["role"],
+            family=raw.get("family", ""),
+            causes=tuple(raw.get("causes", ())),
+            pattern=raw["pattern"],
+            target=raw.get("target"),
+            marks=raw.get("marks"),
+            example=raw.get("example", ""),
+            meaning=raw.get("meaning", ""),
+            first_check=raw.get("first_check", ""),
+            source=raw.get("source", ""),
+        )
+        if sig.id in seen:
+            raise CatalogError(f"duplicate signature id {sig.id}")
+        if sig.role not in ROLES:
+            raise CatalogError(f"{sig.id}: unknown role {sig.role}")
+        if sig.role == "fact" and sig.target not in FACT_TARGETS:
+            raise CatalogError(f"{sig.id}: fact without a known target")
+        try:
+            sig.regex  # noqa: B018 - compile now so a bad pattern fails at load
+        except re.error as e:
+            raise CatalogError(f"{sig.id}: bad pattern: {e}") from e
+        seen.add(sig.id)
+        result.append(sig)
+    return tuple(result)
+
+
+# ---------------------------------------------------------------- the tree
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One answer of a question: it leads to another question or ends in a class."""
+
+    answer: str
+    next: str | None
+    symptom_class: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A node of the tree."""
+
+    id: str
+    text: str
+    branches: tuple[Branch, ...]
+
+    def branch(self, answer: str) -> Branch:
+        """The branch for ``answer``."""
+        for b in self.branches:
+            if b.answer == answer:
+                return b
+        raise CatalogError(f"question {self.id} has no answer {answer!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CauseInfo:
+    """A cause of the tree: what signals it and how to fix it."""
+
+    id: str
+    title: str
+    kind: str
+    classes: tuple[str, ...]
+    signals: str
+    fixes: tuple[str, ...]
+
+    @property
+    def is_hardware(self) -> bool:
+        """Hardware causes rank above configuration causes."""
+        return self.kind == "hardware"
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceSource:
+    """A kind of evidence, how to collect it, and the classes it matters for (all when empty)."""
+
+    id: str
+    what: str
+    collect: str
+    classes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tree:
+    """The diagnostic flowchart."""
+
+    root: str
+    questions: dict[str, Question]
+    classes: dict[str, str]
+    causes: dict[str, CauseInfo]
+    evidence_sources: tuple[EvidenceSource, ...]
+
+    def cause(self, cause_id: str) -> CauseInfo:
+        """The cause ``cause_id``; raises KeyError with the known ids when absent."""
+        try:
+            return self.causes[cause_id]
+        except KeyError:
+            raise KeyError(f"unknown cause {cause_id!r}; known: {', '.join(sorted(self.causes))}") from None
+
+
+@cache
+def tree() -> Tree:
+    """The diagnostic tree of catalog/tree.yaml, checked for dangling references."""
+    data = load_yaml("tree.yaml")
+    questions = {
+        q["id"]: Question(
+            id=q["id"],
+            text=q["text"],
+            branches=tuple(
+                Branch(answer=str(b["answer"]), next=b.get("next"), symptom_class=b.get("class")) for b in q["branches"]
+            ),
+        )
+        for q in data["questions"]
+    }
+    classes = {c["id"]: c["title"] for c in data["classes"]}
+    causes = {
+        c["id"]: CauseInfo(
+            id=c["id"],
+            title=c["title"],
+            kind=c["kind"],
+            classes=tuple(c["classes"]),
+            signals=c["signals"],
+            fixes=tuple(c["fixes"]),
+        )
+        for c in data["causes"]
+    }
+    for q in questions.values():
+        for b in q.branches:
+            if b.next is not None and b.next not in questions:
+                raise CatalogError(f"question {q.id} leads to unknown question {b.next}")
+            if b.symptom_class is not None and b.symptom_class not in classes:
+                raise CatalogError(f"question {q.id} leads to unknown class {b.symptom_class}")
+    for c in causes.values():
+        for cls in c.classes:
+            if cls not in classes:
+                raise CatalogError(f"cause {c.id} names unknown class {cls}")
+    sources = tuple(
+        EvidenceSource(id=e["id"], what=e["what"], collect=e["collect"], classes=tuple(e.get("classes", ())))
+        for e in data["evidence_sources"]
+    )
+    return Tree(root=data["root"], questions=questions, classes=classes, causes=causes, evidence_sources=sources)
+
+
+# ---------------------------------------------------------------- Xids
+
+
+@dataclass(frozen=True, slots=True)
+class XidInfo:
+    """An Xid of NVIDIA's catalog with its action buckets and cause categories."""
+
+    xid: int
+    mnemonic: str
+    description: str
+    immediate_action: str
+    investigatory_action: str
+    cause_categories: tuple[str, ...]
+
+    @property
+    def application_fault(self) -> bool:
+        """NVIDIA attributes this Xid first to the application (its own kernel), not the GPU."""
+        return bool(self.cause_categories) and self.cause_categories[0].startswith("user_")
+
+    @property
+    def hardware_severe(self) -> bool:
+        """An Xid that makes the GPU itself suspect: reset, reboot, ECC, bus, NVLink, power."""
+        if self.application_fault or self.immediate_action.startswith("IGNORE"):
+            return False
+        if any(token in self.immediate_action for token in _SEVERE_ACTIONS):
+            return True
+        return any(cat.split(" ")[0] in _HARDWARE_CATEGORIES for cat in self.cause_categories)
+
+
+_SEVERE_ACTIONS = ("RESET_GPU", "RESTART_BM", "RESTART_VM", "CHECK_MECHANICALS", "WORKFLOW_XID_48", "NVLINK")
+_HARDWARE_CATEGORIES = frozenset({"hardware", "memory_ecc", "pcie_bus", "nvlink", "power", "mechanical"})
+
+
+def _xid_codes(spec: object) -> list[int]:
+    """Expand a catalog key like ``70-72,75-77,85`` into its codes."""
+    codes: list[int] = []
+    for part in str(spec).split(","):
+        low, _, high = part.strip().partition("-")
+        codes.extend(range(int(low), int(high or low) + 1))
+    return codes
+
+
+@cache
+def xids() -> dict[int, XidInfo]:
+    """NVIDIA's Xid catalog (catalog/xid.yaml), one entry per code."""
+    data = load_yaml("xid.yaml")
+    table: dict[int, XidInfo] = {}
+    for raw in data["xids"]:
+        causes = raw.get("causes") or {}
+        categories = tuple(str(c) for c in (causes.get("catalog") or causes.get("derived") or ()))
+        for code in _xid_codes(raw["xid"]):
+            table[code] = XidInfo(
+                xid=code,
+                mnemonic=str(raw.get("mnemonic", "")),
+                description=str(raw.get("description", "")),
+                immediate_action=str(raw.get("immediate_action") or ""),
+                investigatory_action=str(raw.get("investigatory_action") or ""),
+                cause_categories=categories,
+            )
+    return table
+
+
+# ---------------------------------------------------------------- nvidia-smi fields
+
+
+@dataclass(frozen=True, slots=True)
+class ClocksReason:
+    """A clocks event (throttle) reason."""
+
+    label: str
+    field: str
+    bit: int
+    throttle: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NvidiaSmiFields:
+    """How nvidia-smi names things (catalog/nvidia_smi.yaml)."""
+
+    reasons: tuple[ClocksReason, ...]
+    query_gpu_columns: dict[str, tuple[str, ...]]
+    query_compute_apps_columns: dict[str, tuple[str, ...]]
+    unknown_values: frozenset[str]
+
+    def reason_by_label(self, label: str) -> ClocksReason | None:
+        """The reason whose -q label is ``label``."""
+        for r in self.reasons:
+            if r.label.lower() == label.strip().lower():
+                return r
+        return None
+
+    def reasons_in_mask(self, mask: int) -> tuple[str, ...]:
+        """The reason fields set in an NVML bitmask."""
+        return tuple(r.field for r in self.reasons if mask & r.bit)
+
+    def is_throttle(self, field: str) -> bool:
+        """True for reasons that hold clocks down under load (power or heat)."""
+        return any(r.field == field and r.throttle for r in self.reasons)
+
+
+@cache
+def nvidia_smi_fields() -> NvidiaSmiFields:
+    """nvidia-smi field names and clocks event reasons."""
+    data = load_yaml("nvidia_smi.yaml")
+    return NvidiaSmiFields(
+        reasons=tuple(
+            ClocksReason(label=r["label"], field=r["field"], bit=int(r["bit"]), throttle=bool(r["throttle"]))
+            for r in data["clocks_event_reasons"]
+        ),
+        query_gpu_columns={k: tuple(v) for k, v in data["query_gpu_columns"].items()},
+        query_compute_apps_columns={k: tuple(v) for k, v in data["query_compute_apps_columns"].items()},
+        unknown_values=frozenset(data["unknown_values"]),
+    )
+
+
+# ---------------------------------------------------------------- metric names
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """How one engine-independent metric is read from a scrape."""
+
+    canonical: str
+    kind: str  # gauge | counter | histogram
+    names: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...]
+    aggregate: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetricMap:
+    """catalog/metrics.yaml."""
+
+    engine_prefixes: dict[str, str]
+    specs: tuple[MetricSpec, ...]
+    info: dict[str, tuple[str, ...]]
+
+
+@cache
+def metric_map() -> MetricMap:
+    """The engine-independent metric names and the series behind them."""
+    data = load_yaml("metrics.yaml")
+    specs = []
+    for section, kind in (("gauges", "gauge"), ("counters", "counter"), ("histograms", "histogram")):
+        for canonical, spec in data[section].items():
+            specs.append(
+                MetricSpec(
+                    canonical=canonical,
+                    kind=kind,
+                    names=tuple(spec["names"]),
+                    labels=tuple((k, str(v)) for k, v in (spec.get("labels") or {}).items()),
+                    aggregate=spec.get("aggregate", "sum"),
+                )
+            )
+    return MetricMap(
+        engine_prefixes=dict(data["engines"]),
+        specs=tuple(specs),
+        info={k: tuple(v) for k, v in data["info"].items()},
+    )
+
+
+# ---------------------------------------------------------------- launch flags
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchOption:
+    """One LaunchConfig field and the flags that set it."""
+
+    field: str
+    type: str
+    flags: tuple[str, ...]
+    negative_flags: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFlags:
+    """catalog/launch_flags.yaml."""
+
+    engines: dict[str, tuple[str, ...]]
+    model_positional_after: tuple[str, ...]
+    options: tuple[LaunchOption, ...]
+    env: dict[str, tuple[str | None, str]]
+    switches: frozenset[str]
+
+    def option_for(self, flag: str) -> tuple[LaunchOption, bool] | None:
+        """(option, value it sets for a switch) for a normalised flag, or None."""
+        for opt in self.options:
+            if flag in opt.flags:
+                return opt, True
+            if flag in opt.negative_flags:
+                return opt, False
+        return None
+
+
+@cache
+def launch_flags() -> LaunchFlags:
+    """How launch command lines name engine arguments."""
+    data = load_yaml("launch_flags.yaml")
+    return LaunchFlags(
+        engines={k: tuple(v) for k, v in data["engines"].items()},
+        model_positional_after=tuple(data["model_positional_after"]),
+        options=tuple(
+            LaunchOption(
+                field=name,
+                type=spec["type"],
+                flags=tuple(spec["flags"]),
+                negative_flags=tuple(spec.get("negative_flags", ())),
+            )
+            for name, spec in data["options"].items()
+        ),
+        env={k: (v.get("field"), v.get("type", "str")) for k, v in data["env"].items()},
+        switches=frozenset(data["switches"]),
+    )
+
+
+# ---------------------------------------------------------------- thresholds
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Service-level objectives the latency questions compare against."""
+
+    ttft_p95_s: float
+    itl_p95_s: float
+    error_rate: float
+    queue: float
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """catalog/thresholds.yaml."""
+
+    slo: Slo
+    util_high: float
+    util_elevated: float
+    kv_usage_high: float
+    waiting_queue: float
+    rejected_fraction: float
+    failed_fraction: float
+    stall_seconds: float
+    stall_stats_points: int
+    decode_slow_tokens_per_s: float
+    long_prompt_tokens: float
+    very_long_prompt_tokens: float
+    huge_prefill_tokens: float
+    queue_share: float
+    clock_ratio_low: float
+    busy_utilization_pct: float
+    overload_factor: float
+    weights_share_high: float
+    fragmentation_gib: float
+    fragmentation_share: float
+
+
+@cache
+def thresholds() -> Thresholds:
+    """The default thresholds."""
+    data = dict(load_yaml("thresholds.yaml"))
+    slo = Slo(**{k: float(v) for k, v in data.pop("slo").items()})
+    return Thresholds(slo=slo, **data)

@@ -1,0 +1,209 @@
+"""The ``llmtriage`` command: a thin shell over the library. Only this module prints or exits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from llmtriage import __version__, catalog
+from llmtriage.diagnose.engine import diagnose as run_diagnosis
+from llmtriage.diagnose.model import SCHEMA_VERSION, Diagnosis
+from llmtriage.errors import ExitCode, LlmtriageError, NothingReadableError, UsageError
+from llmtriage.evidence import live
+from llmtriage.evidence.bundle import LooseFiles, read_evidence
+from llmtriage.report import text as text_report
+from llmtriage.slo import parse_duration, parse_slo
+
+app = typer.Typer(
+    name="llmtriage",
+    help=(
+        "Triage for LLM inference servers (vLLM, SGLang, TGI, llama.cpp) that won't start, run out of memory, "
+        "or answer slowly. Classify the symptom first, keep the scene, explain with evidence, then change config."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+stdout = Console()
+stderr = Console(stderr=True)
+
+
+class OutputFormat(StrEnum):
+    """Output formats of reports."""
+
+    text = "text"
+    json = "json"
+
+
+def fail(error: LlmtriageError) -> NoReturn:
+    """Print one line and a hint, exit with the error's code."""
+    stderr.print(f"[bold red]error:[/] {error.message}", highlight=False)
+    if error.hint:
+        stderr.print(f"[dim]hint: {error.hint}[/]", highlight=False)
+    raise typer.Exit(int(error.exit_code))
+
+
+def _metrics_sources(values: list[str], window_s: float | None, loose: LooseFiles) -> bool | None:
+    """Split --metrics into files and URLs; scrape URLs (twice with a window). Returns /health's answer."""
+    health: bool | None = None
+    for value in values:
+        if value.startswith(("http://", "https://")):
+            scrapes = [live.scrape(value)]
+            if window_s:
+                stderr.print(f"[dim]scraping {value} again in {window_s:g} s for a window...[/]")
+                time.sleep(window_s)
+                scrapes.append(live.scrape(value))
+            for i, s in enumerate(scrapes):
+                loose.metrics_texts.append((f"{s.url} (scrape {i + 1})", s.text, s.timestamp_s))
+            health = live.healthy(live.health_url(value))
+        else:
+            path = Path(value)
+            if not path.exists():
+                raise UsageError(f"--metrics {value}: no such file", "give a file of Prometheus text or an http:// URL")
+            loose.metrics.append(path)
+    return health
+
+
+@app.command()
+def diagnose(
+    bundle: Annotated[
+        Path | None,
+        typer.Argument(help="Bundle directory (logs/, gpu/, kernel/, metrics/, config/), as `capture` writes it."),
+    ] = None,
+    log: Annotated[list[Path] | None, typer.Option("--log", help="Server log file (repeatable).")] = None,
+    nvidia_smi: Annotated[
+        list[Path] | None,
+        typer.Option("--nvidia-smi", help="nvidia-smi table, `-q -d PERFORMANCE` output or --query-gpu CSV."),
+    ] = None,
+    dmesg: Annotated[list[Path] | None, typer.Option("--dmesg", help="Kernel log (dmesg -T, journalctl -k).")] = None,
+    metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metrics", help="Prometheus text file or a live /metrics URL (repeatable; files in time order)."
+        ),
+    ] = None,
+    launch: Annotated[
+        str | None, typer.Option("--launch", help='The launch command line, e.g. "vllm serve M ...".')
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="The model's config.json.")] = None,
+    window: Annotated[
+        str | None, typer.Option("--window", help="With a metrics URL: scrape twice this far apart (e.g. 10s).")
+    ] = None,
+    slo: Annotated[
+        str | None, typer.Option("--slo", help="Latency objectives, e.g. ttft_p95=2s,tpot_p95=100ms,queue=20.")
+    ] = None,
+    output: Annotated[OutputFormat, typer.Option("--format", help="text (for people) or json (stable schema).")] = (
+        OutputFormat.text
+    ),
+) -> None:
+    """Diagnose a server from a bundle or loose files: symptom class, path, ranked causes with evidence, fixes.
+
+    Exit codes: 0 nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable,
+    4 a live server could not be read.
+    """
+    if bundle is not None and not bundle.is_dir():
+        fail(UsageError(f"{bundle}: not a directory", "give a bundle directory, or loose files with --log etc."))
+    loose = LooseFiles(
+        logs=_existing(log or [], "--log"),
+        nvidia_smi=_existing(nvidia_smi or [], "--nvidia-smi"),
+        dmesg=_existing(dmesg or [], "--dmesg"),
+        launch=launch,
+        model_config=_existing([config], "--config")[0] if config else None,
+    )
+    thresholds = catalog.thresholds()
+    if slo:
+        thresholds = dataclasses.replace(thresholds, slo=parse_slo(slo, thresholds.slo))
+    window_s = parse_duration(window) if window else None
+    health = _metrics_sources(metrics or [], window_s, loose)
+    given = (loose.logs, loose.nvidia_smi, loose.dmesg, loose.metrics, loose.metrics_texts, launch, config)
+    if bundle is None and not any(given):
+        fail(UsageError("nothing to diagnose", "give a bundle directory or --log/--nvidia-smi/--dmesg/--metrics"))
+    evidence = read_evidence(bundle, loose)
+    if health is not None:
+        evidence.health_ok = health
+    if not evidence.any_readable():
+        problems = [f"{p.source}: {p.message}" for p in evidence.problems]
+        if output is OutputFormat.json:
+            _print_json({"schema_version": SCHEMA_VERSION, "error": "nothing readable", "problems": problems})
+        fail(
+            NothingReadableError(
+                f"nothing readable in {evidence.origin}" + (f" ({'; '.join(problems[:3])})" if problems else ""),
+                "a bundle holds logs/*.log, gpu/nvidia-smi.txt, gpu/*.csv, kernel/dmesg.txt, metrics/*.prom, "
+                "config/launch.txt, config/config.json",
+            )
+        )
+    result = run_diagnosis(evidence, thresholds)
+    _show(result, output)
+    raise typer.Exit(int(ExitCode.OK if result.healthy else ExitCode.PROBLEM_FOUND))
+
+
+def _existing(paths: list[Path], flag: str) -> list[Path]:
+    for path in paths:
+        if not path.exists():
+            fail(UsageError(f"{flag} {path}: no such file"))
+    return paths
+
+
+def _print_json(data: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _show(result: Diagnosis, output: OutputFormat) -> None:
+    if output is OutputFormat.json:
+        _print_json(result.to_dict())
+    else:
+        stdout.print(text_report.build(result), highlight=False)
+
+
+@app.command()
+def tree() -> None:
+    """Print the diagnostic flowchart: questions, symptom classes and their causes."""
+    stdout.print(text_report.build_tree(), highlight=False)
+
+
+@app.command()
+def explain(
+    cause_id: Annotated[str, typer.Argument(help="A cause id, e.g. kv_cache_too_small_for_max_model_len.")],
+) -> None:
+    """Print what signals a cause and how to fix it."""
+    try:
+        stdout.print(text_report.build_explain(cause_id), highlight=False)
+    except KeyError as e:
+        fail(UsageError(str(e.args[0]), "`llmtriage tree` lists every cause"))
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    stdout.print(f"llmtriage {__version__}")
+
+
+def main() -> None:
+    """Console entry point: map errors to exit codes; never show a traceback unless LLMTRIAGE_DEBUG is set."""
+    try:
+        app()
+    except LlmtriageError as e:
+        try:
+            fail(e)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+    except KeyboardInterrupt:
+        stderr.print("interrupted")
+        sys.exit(130)
+    except Exception as e:  # the boundary: a bug must still end in one clear line
+        if os.environ.get("LLMTRIAGE_DEBUG"):
+            raise
+        stderr.print(f"[bold red]internal error:[/] {type(e).__name__}: {e}", highlight=False)
+        stderr.print("[dim]hint: rerun with LLMTRIAGE_DEBUG=1 for the traceback, and please report it[/]")
+        sys.exit(int(ExitCode.INTERNAL))

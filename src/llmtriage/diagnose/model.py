@@ -1,0 +1,133 @@
+"""The diagnosis: symptom class, the path through the tree, ranked causes, what was missing.
+
+Its JSON form (``to_dict``) is the stable, documented schema of ``llmtriage diagnose --format json``
+(docs/diagnosis-schema.md, src/llmtriage/schemas/diagnosis.schema.json).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmtriage.facts import Citation
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One piece of evidence for a cause or an answer: a citation and why it matters."""
+
+    citation: Citation
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: only the fields that are known."""
+        c = self.citation
+        out: dict[str, Any] = {"source": c.source}
+        if c.line is not None:
+            out["line"] = c.line
+        if c.excerpt:
+            out["excerpt"] = c.excerpt
+        if c.metric is not None:
+            out["metric"] = c.metric
+            out["value"] = c.value
+        if c.threshold:
+            out["threshold"] = c.threshold
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PathStep:
+    """One question of the tree and the answer given, with what supports it."""
+
+    question_id: str
+    question: str
+    answer: str
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "question_id": self.question_id,
+            "question": self.question,
+            "answer": self.answer,
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RankedCause:
+    """A cause with its confidence, evidence and fixes."""
+
+    id: str
+    title: str
+    kind: str
+    confidence: float
+    evidence: tuple[Evidence, ...]
+    fixes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "kind": self.kind,
+            "confidence": round(self.confidence, 3),
+            "evidence": [e.to_dict() for e in self.evidence],
+            "fixes": list(self.fixes),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """Evidence the diagnosis could not see, and the command that collects it."""
+
+    source: str
+    why: str
+    collect: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"source": self.source, "why": self.why, "collect": self.collect}
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    """The result of walking the tree over the evidence."""
+
+    symptom_class: str
+    symptom_title: str
+    path: list[PathStep]
+    causes: list[RankedCause]
+    missing: list[Missing]
+    origin: str
+    engine: str | None = None
+    engine_version: str | None = None
+    inputs: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    seen_before: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        """True when nothing wrong was found."""
+        return self.symptom_class == "healthy"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON schema."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "symptom_class": self.symptom_class,
+            "symptom_title": self.symptom_title,
+            "path": [p.to_dict() for p in self.path],
+            "causes": [c.to_dict() for c in self.causes],
+            "missing": [m.to_dict() for m in self.missing],
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "origin": self.origin,
+            "inputs": list(self.inputs),
+            "problems": list(self.problems),
+            "seen_before": list(self.seen_before),
+        }

@@ -1,0 +1,350 @@
+"""The scene: facts derived once from the evidence, for the tree's questions and the cause rules.
+
+It picks the log's last lifecycle (a restart starts a new one), its root-cause error (never a wrapper),
+and turns metrics, stats lines and GPU samples into measured values with their citations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from llmtriage.catalog import Thresholds
+from llmtriage.facts import (
+    BenchFigures,
+    Citation,
+    Evidence,
+    GpuFacts,
+    GpuSample,
+    KernelFacts,
+    LaunchConfig,
+    LogEvent,
+    LogFacts,
+    MemoryReport,
+    MetricSnapshot,
+    StatsPoint,
+)
+from llmtriage.parse import prom
+
+STARTUP_PHASES = frozenset(
+    {
+        "weights_load",
+        "kv_alloc",
+        "profile_run",
+        "cuda_graph_capture",
+        "startup_config",
+        "distributed_init",
+        "driver",
+        "server_bind",
+    }
+)
+LIFECYCLE_PHASES = frozenset({"weights_load", "profile_run", "kv_alloc", "cuda_graph_capture"})
+FATAL_FAMILIES = frozenset(
+    {"oom", "config", "model_path", "bind", "distributed", "driver", "hardware", "kernel", "killed"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """A measured value and where it was read."""
+
+    value: float
+    citation: Citation
+
+
+def _metric(name: str, value: float, source: str, threshold: str | None = None) -> Citation:
+    return Citation(source=source, metric=name, value=round(value, 6), threshold=threshold)
+
+
+class Scene:
+    """Derived facts over one piece of evidence."""
+
+    def __init__(self, evidence: Evidence, thresholds: Thresholds) -> None:
+        self.evidence = evidence
+        self.t = thresholds
+        self.log: LogFacts = evidence.logs or LogFacts()
+        self.gpu: GpuFacts = evidence.gpu or GpuFacts()
+        self.kernel: KernelFacts = evidence.kernel or KernelFacts()
+        self.launch: LaunchConfig | None = evidence.launch
+        self.memory: MemoryReport = self.log.memory
+        self.bench: BenchFigures = evidence.bench or self.log.bench
+        self.snapshots: list[MetricSnapshot] = evidence.metrics.snapshots if evidence.metrics else []
+        self.window = prom.window(self.snapshots)
+
+    # ------------------------------------------------------------ the log's last lifecycle
+
+    @cached_property
+    def events(self) -> list[LogEvent]:
+        """Events of the last lifecycle: a new startup after a ready server, a stop or a crash starts anew."""
+        epoch: list[LogEvent] = []
+        ended = False
+        for event in self.log.events:
+            if event.role == "marker" and event.phase == "weights_load" and ended:
+                epoch, ended = [], False
+            epoch.append(event)
+            if event.marks in ("ready", "shutdown") or (event.role == "error" and event.family in FATAL_FAMILIES):
+                ended = True
+        return epoch
+
+    @cached_property
+    def fatal_errors(self) -> list[LogEvent]:
+        """Errors that can stop a server, in order; those printed while shutting down are artefacts."""
+        return [
+            e
+            for e in self.events
+            if e.role == "error" and e.family in FATAL_FAMILIES and (e.stage != "shutdown" or e.family == "hardware")
+        ]
+
+    @cached_property
+    def root(self) -> LogEvent | None:
+        """The root-cause line: the first fatal error; a worker exit after another error is its consequence."""
+        for event in self.fatal_errors:
+            return event
+        return None
+
+    def effective_phase(self, event: LogEvent) -> str:
+        """Where in the lifecycle an error struck: its catalog phase, else the stage the log had reached."""
+        if event.phase in STARTUP_PHASES:
+            return event.phase
+        if event.stage in LIFECYCLE_PHASES:
+            return event.stage
+        if event.stage == "serving":
+            return "forward"
+        if self.startup_wrappers:
+            return self.startup_wrappers[0].phase
+        return event.phase
+
+    @cached_property
+    def startup_wrappers(self) -> list[LogEvent]:
+        """Wrapper lines that say the startup failed (EngineCore failed to start, Shard failed ...)."""
+        return [e for e in self.events if e.role == "wrapper" and e.phase in STARTUP_PHASES]
+
+    @cached_property
+    def engine_dead(self) -> list[LogEvent]:
+        """Wrapper lines that say the engine died while serving (not while being stopped)."""
+        return [
+            e
+            for e in self.events
+            if e.role == "wrapper"
+            and e.family == "engine_dead"
+            and e.phase not in STARTUP_PHASES
+            and e.stage != "shutdown"
+        ]
+
+    @cached_property
+    def ready(self) -> LogEvent | None:
+        """The marker that says the HTTP server started."""
+        return next((e for e in self.events if e.marks == "ready"), None)
+
+    @cached_property
+    def last_lifecycle_marker(self) -> LogEvent | None:
+        """The last lifecycle marker, when the log ends during a startup phase."""
+        markers = [e for e in self.events if e.role == "marker"]
+        return markers[-1] if markers else None
+
+    def by_family(self, *families: str) -> list[LogEvent]:
+        """Error events of the given families."""
+        return [e for e in self.events if e.role == "error" and e.family in families]
+
+    def by_signature(self, *ids: str) -> list[LogEvent]:
+        """Events of the given signatures."""
+        return [e for e in self.events if e.signature in ids]
+
+    @cached_property
+    def serving_seen(self) -> Citation | None:
+        """Evidence that the server answered: access lines, stats lines, metrics, a health check."""
+        if self.ready is not None:
+            return self.ready.cite()
+        if self.log.http_status_citations:
+            return next(iter(self.log.http_status_citations.values()))
+        if self.log.stats:
+            return self.log.stats[0].cite()
+        if self.snapshots and self.snapshots[-1].sample_count:
+            return Citation(source=self.snapshots[-1].source, excerpt="/metrics answered")
+        if self.evidence.health_ok:
+            return Citation(source="health check", excerpt="GET /health answered 200")
+        return None
+
+    @cached_property
+    def kv_budget_exhausted(self) -> Citation | None:
+        """The memory left for the KV cache was zero or less (not the rounded figure of a failed size check)."""
+        mem = self.memory
+        if self.root is not None and "kv_cache_too_small_for_max_model_len" in self.root.causes:
+            return None
+        if mem.available_kv_gib is not None and mem.available_kv_gib <= 0:
+            return mem.cite("available_kv_gib") or Citation(source="server log")
+        if mem.num_gpu_blocks is not None and mem.num_gpu_blocks == 0:
+            return mem.cite("num_gpu_blocks") or Citation(source="server log")
+        return None
+
+    # ------------------------------------------------------------ configuration
+
+    @cached_property
+    def utilization(self) -> Measure | None:
+        """--gpu-memory-utilization: what the engine printed, else the launch flags, else cache_config_info."""
+        if self.memory.gpu_memory_utilization is not None:
+            cite = self.memory.cite("gpu_memory_utilization") or Citation(source="server log")
+            return Measure(self.memory.gpu_memory_utilization, cite)
+        if self.launch is not None and self.launch.gpu_memory_utilization is not None:
+            cite = self.launch.citations.get("gpu_memory_utilization") or Citation(source=self.launch.source)
+            return Measure(self.launch.gpu_memory_utilization, cite)
+        value = self.cache_config_number("gpu_memory_utilization")
+        return value
+
+    def cache_config_number(self, label: str) -> Measure | None:
+        """A number from vllm:cache_config_info's labels in the latest scrape."""
+        for snap in reversed(self.snapshots):
+            raw = snap.labels.get("cache_config", {}).get(label)
+            if raw is None:
+                continue
+            try:
+                value = float(raw)
+            except ValueError:
+                return None
+            return Measure(value, _metric(f"vllm:cache_config_info{{{label}}}", value, snap.source))
+        return None
+
+    def cache_config_flag(self, label: str) -> bool | None:
+        """A boolean label of vllm:cache_config_info."""
+        for snap in reversed(self.snapshots):
+            raw = snap.labels.get("cache_config", {}).get(label)
+            if raw is not None:
+                return raw.lower() == "true"
+        return None
+
+    @cached_property
+    def max_model_len(self) -> Measure | None:
+        """The context limit the server ran with."""
+        if self.launch is not None and self.launch.max_model_len is not None:
+            cite = self.launch.citations.get("max_model_len") or Citation(source=self.launch.source)
+            return Measure(float(self.launch.max_model_len), cite)
+        for name in ("max_seq_len", "concurrency_context_tokens"):
+            value = getattr(self.memory, name)
+            if value is not None:
+                return Measure(value, self.memory.cite(name) or Citation(source="server log"))
+        return None
+
+    @cached_property
+    def kv_capacity_tokens(self) -> Measure | None:
+        """How many tokens the KV cache holds."""
+        if self.memory.kv_cache_tokens is not None:
+            return Measure(self.memory.kv_cache_tokens, self.memory.cite("kv_cache_tokens") or Citation("server log"))
+        return self.cache_config_number("kv_cache_size_tokens")
+
+    @cached_property
+    def kv_max_concurrency(self) -> Measure | None:
+        """How many max-model-len requests the KV cache holds at once."""
+        if self.memory.max_concurrency is not None:
+            return Measure(self.memory.max_concurrency, self.memory.cite("max_concurrency") or Citation("server log"))
+        return self.cache_config_number("kv_cache_max_concurrency")
+
+    # ------------------------------------------------------------ metrics
+
+    def histogram_quantile(self, name: str, q: float) -> Measure | None:
+        """Quantile of a latency histogram over the window (two scrapes or more), else since start."""
+        if self.window is not None:
+            hist = self.window.histogram(name)
+            scope = f"window of {self.window.seconds:.0f} s" if self.window.seconds else "between scrapes"
+            source = f"{self.window.first.source} .. {self.window.last.source}"
+        elif self.snapshots:
+            hist = self.snapshots[-1].histograms.get(name)
+            scope = "since server start"
+            source = self.snapshots[-1].source
+        else:
+            return None
+        value = prom.quantile(hist, q)
+        if value is None or hist is None:
+            return None
+        raw = self.snapshots[-1].raw_names.get(name, name)
+        label = f"p{round(q * 100)} {raw} ({scope}, {hist.count:.0f} obs)"
+        return Measure(value, _metric(label, value, source))
+
+    def histogram_mean(self, name: str) -> Measure | None:
+        """Mean of a histogram over the window, else since start."""
+        if self.window is not None:
+            hist = self.window.histogram(name)
+            source = f"{self.window.first.source} .. {self.window.last.source}"
+        elif self.snapshots:
+            hist = self.snapshots[-1].histograms.get(name)
+            source = self.snapshots[-1].source
+        else:
+            return None
+        value = prom.mean(hist)
+        if value is None:
+            return None
+        raw = self.snapshots[-1].raw_names.get(name, name)
+        return Measure(value, _metric(f"mean {raw}", value, source))
+
+    def gauge_peak(self, name: str) -> Measure | None:
+        """The highest value of a gauge over the scrapes."""
+        best: Measure | None = None
+        for snap in self.snapshots:
+            value = snap.gauges.get(name)
+            if value is not None and (best is None or value > best.value):
+                best = Measure(value, _metric(snap.raw_names.get(name, name), value, snap.source))
+        return best
+
+    def counter_increase(self, name: str) -> Measure | None:
+        """How much a counter grew over the window; with one scrape, its value since start."""
+        if self.window is not None:
+            delta = self.window.delta(name)
+            if delta is None:
+                return None
+            raw = self.window.last.raw_names.get(name, name)
+            source = f"{self.window.first.source} .. {self.window.last.source}"
+            return Measure(delta, _metric(f"increase of {raw}", delta, source))
+        if self.snapshots:
+            value = self.snapshots[-1].counters.get(name)
+            if value is None:
+                return None
+            raw = self.snapshots[-1].raw_names.get(name, name)
+            return Measure(value, _metric(f"{raw} (since start)", value, self.snapshots[-1].source))
+        return None
+
+    # ------------------------------------------------------------ stats lines
+
+    def stats_peak(self, field_name: str) -> Measure | None:
+        """The highest value of a stats-line field."""
+        best: tuple[float, StatsPoint] | None = None
+        for point in self.log.stats:
+            value = getattr(point, field_name)
+            if value is not None and (best is None or value > best[0]):
+                best = (value, point)
+        if best is None:
+            return None
+        return Measure(best[0], best[1].cite())
+
+    @cached_property
+    def peak_waiting(self) -> Measure | None:
+        """The longest queue seen, in metrics or stats lines."""
+        candidates = [m for m in (self.gauge_peak("waiting"), self.stats_peak("waiting")) if m is not None]
+        return max(candidates, key=lambda m: m.value) if candidates else None
+
+    @cached_property
+    def peak_kv_usage(self) -> Measure | None:
+        """The highest KV cache usage seen."""
+        candidates = [
+            m for m in (self.gauge_peak("kv_usage_ratio"), self.stats_peak("kv_usage_ratio")) if m is not None
+        ]
+        return max(candidates, key=lambda m: m.value) if candidates else None
+
+    # ------------------------------------------------------------ GPU
+
+    @cached_property
+    def gpu_samples(self) -> list[GpuSample]:
+        """Every GPU reading: snapshot tables, -q sections and CSV series."""
+        return [*self.gpu.snapshot, *self.gpu.samples]
+
+    @cached_property
+    def http_posts(self) -> tuple[int, int, int]:
+        """(POST requests, rejected 400/413/422, failed 5xx) from access-log lines."""
+        total = rejected = failed = 0
+        for (method, path, status), count in self.log.http_status.items():
+            if method != "POST" or not path.startswith("/v1"):
+                continue
+            total += count
+            if status in (400, 413, 422):
+                rejected += count
+            elif status >= 500:
+                failed += count
+        return total, rejected, failed

@@ -1,0 +1,288 @@
+"""Read an incident bundle (or loose files) from disk into :class:`~llmtriage.facts.Evidence`.
+
+The layout is the bundle's (``logs/``, ``gpu/``, ``kernel/``, ``metrics/``, ``config/``, ``bench/``);
+a directory filled by hand works the same without ``manifest.json``. Every file that cannot be read
+becomes a problem on the evidence, never an exception; logs are streamed, other files are capped.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmtriage.facts import (
+    Citation,
+    Evidence,
+    GpuFacts,
+    KernelFacts,
+    LogFacts,
+    MetricsFacts,
+    Problem,
+)
+from llmtriage.parse import dmesg, launch, logs, model_config, nvidia_smi, prom
+
+MAX_TEXT_BYTES = 64 << 20
+_EPOCH_IN_NAME = re.compile(r"(?<!\d)(\d{10}|\d{13})(?:\.\d+)?(?!\d)")
+
+
+@dataclass(slots=True)
+class LooseFiles:
+    """Evidence given file by file on the command line."""
+
+    logs: list[Path] = field(default_factory=list)
+    nvidia_smi: list[Path] = field(default_factory=list)
+    dmesg: list[Path] = field(default_factory=list)
+    metrics: list[Path] = field(default_factory=list)
+    metrics_texts: list[tuple[str, str, float | None]] = field(default_factory=list)
+    launch: str | None = None
+    model_config: Path | None = None
+
+
+class _Reader:
+    def __init__(self, root: Path | None, evidence: Evidence) -> None:
+        self.root = root
+        self.evidence = evidence
+
+    def name(self, path: Path) -> str:
+        if self.root is not None:
+            try:
+                return path.relative_to(self.root).as_posix()
+            except ValueError:
+                pass
+        return str(path)
+
+    def text(self, path: Path) -> str | None:
+        try:
+            with path.open("rb") as f:
+                data = f.read(MAX_TEXT_BYTES + 1)
+        except OSError as e:
+            self.evidence.problems.append(Problem(self.name(path), f"cannot read: {e.strerror or e}"))
+            return None
+        if len(data) > MAX_TEXT_BYTES:
+            self.evidence.problems.append(
+                Problem(self.name(path), f"larger than {MAX_TEXT_BYTES >> 20} MiB; only the start was read")
+            )
+            data = data[:MAX_TEXT_BYTES]
+        return data.decode("utf-8", "replace")
+
+    def log(self, path: Path) -> None:
+        facts = self.evidence.logs or LogFacts()
+        try:
+            with path.open("rb") as f:
+                logs.read_log(f, self.name(path), facts)
+        except OSError as e:
+            self.evidence.problems.append(Problem(self.name(path), f"cannot read: {e.strerror or e}"))
+            return
+        self.evidence.logs = facts
+        self.evidence.read.append(self.name(path))
+
+    def gpu_text(self, path: Path) -> None:
+        text = self.text(path)
+        if text is None:
+            return
+        name = self.name(path)
+        gpu = self.evidence.gpu or GpuFacts()
+        self.evidence.gpu = gpu
+        gpu.sources.append(name)
+        self.evidence.read.append(name)
+        errors = LogFacts()
+        logs.read_log(io.BytesIO(text.encode("utf-8")), name, errors)
+        gpu.errors.extend(e for e in errors.events if e.role == "error")
+        if "NVSMI LOG" in text or re.search(r"Clocks (?:Throttle|Event) Reasons", text):
+            query = nvidia_smi.parse_query(text, name)
+            gpu.driver_version = gpu.driver_version or query.driver_version
+            gpu.cuda_version = gpu.cuda_version or query.cuda_version
+            gpu.active_reasons.update(query.active_reasons())
+            if query.gpus:
+                first_line = min((min(g.lines.values()) for g in query.gpus if g.lines), default=None)
+                gpu.reasons_citation = Citation(source=name, line=first_line, excerpt="clocks event reasons")
+            gpu.snapshot.extend(s for s in nvidia_smi.query_samples(query, name) if s.memory_total_mib is not None)
+            gpu.problems.extend(query.problems)
+            return
+        table = nvidia_smi.parse_table(text, name)
+        gpu.driver_version = gpu.driver_version or table.driver_version
+        gpu.cuda_version = gpu.cuda_version or table.cuda_version
+        gpu.snapshot.extend(table.gpus)
+        if table.processes_seen:
+            gpu.processes.extend(table.processes)
+            gpu.processes_citation = Citation(source=name, excerpt="Processes")
+        if not gpu.errors:
+            gpu.problems.extend(table.problems)
+
+    def gpu_csv(self, path: Path) -> None:
+        text = self.text(path)
+        if text is None:
+            return
+        name = self.name(path)
+        gpu = self.evidence.gpu or GpuFacts()
+        self.evidence.gpu = gpu
+        parsed = nvidia_smi.parse_csv(text, name)
+        gpu.sources.append(name)
+        gpu.samples.extend(parsed.samples)
+        if parsed.processes:
+            gpu.processes.extend(parsed.processes)
+        gpu.problems.extend(parsed.problems)
+        self.evidence.read.append(name)
+
+    def kernel(self, path: Path) -> None:
+        text = self.text(path)
+        if text is None:
+            return
+        name = self.name(path)
+        parsed = dmesg.parse_dmesg(text, name)
+        facts = self.evidence.kernel or KernelFacts()
+        facts.sources.extend(parsed.sources)
+        facts.events.extend(parsed.events)
+        facts.problems.extend(parsed.problems)
+        self.evidence.kernel = facts
+        self.evidence.read.append(name)
+
+    def metrics(self, path: Path) -> None:
+        text = self.text(path)
+        if text is None:
+            return
+        self.metrics_text(self.name(path), text, _scrape_time(path))
+
+    def metrics_text(self, name: str, text: str, timestamp_s: float | None) -> None:
+        snapshot, problems = prom.parse_metrics(text, name, timestamp_s)
+        facts = self.evidence.metrics or MetricsFacts()
+        self.evidence.metrics = facts
+        if snapshot.sample_count == 0:
+            facts.problems.append(Problem(name, "not Prometheus text; read as a log instead"))
+            log_facts = self.evidence.logs or LogFacts()
+            logs.read_log(io.BytesIO(text.encode("utf-8")), name, log_facts)
+            self.evidence.logs = log_facts
+            self.evidence.read.append(name)
+            return
+        facts.problems.extend(problems)
+        facts.snapshots.append(snapshot)
+        self.evidence.read.append(name)
+
+    def launch_text(self, name: str, text: str) -> None:
+        self.evidence.launch = launch.parse_launch(text, name)
+        self.evidence.read.append(name)
+
+    def model(self, path: Path) -> None:
+        text = self.text(path)
+        if text is None:
+            return
+        config, problems = model_config.parse_model_config(text, self.name(path))
+        self.evidence.problems.extend(problems)
+        if config is not None:
+            self.evidence.model = config
+            self.evidence.read.append(self.name(path))
+
+
+def _scrape_time(path: Path) -> float | None:
+    m = _EPOCH_IN_NAME.search(path.name)
+    if m is not None:
+        value = float(m.group(1))
+        return value / 1000.0 if len(m.group(1)) == 13 else value
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _files(directory: Path, patterns: tuple[str, ...]) -> list[Path]:
+    found: set[Path] = set()
+    for pattern in patterns:
+        found.update(p for p in directory.glob(pattern) if p.is_file())
+    return sorted(found)
+
+
+def read_evidence(root: Path | None = None, loose: LooseFiles | None = None) -> Evidence:
+    """Read a bundle directory and/or loose files into one piece of evidence."""
+    evidence = Evidence(origin=str(root) if root is not None else "command line")
+    reader = _Reader(root, evidence)
+    if root is not None:
+        _read_bundle(reader, root)
+    if loose is not None:
+        _read_loose(reader, loose)
+    _fold_log_hints(evidence)
+    return evidence
+
+
+def _read_bundle(reader: _Reader, root: Path) -> None:
+    for path in _files(root / "logs", ("*",)):
+        reader.log(path)
+    for path in _files(root / "gpu", ("*.txt",)):
+        reader.gpu_text(path)
+    for path in _files(root / "gpu", ("*.csv",)):
+        reader.gpu_csv(path)
+    for path in _files(root / "kernel", ("*",)):
+        reader.kernel(path)
+    metrics = _files(root / "metrics", ("*.prom", "*.txt"))
+    for path in sorted(metrics, key=lambda p: (_scrape_time(p) or 0.0, p.name)):
+        reader.metrics(path)
+    launch_file = root / "config" / "launch.txt"
+    if launch_file.is_file():
+        text = reader.text(launch_file)
+        if text is not None:
+            reader.launch_text("config/launch.txt", text)
+    config_file = root / "config" / "config.json"
+    if config_file.is_file():
+        reader.model(config_file)
+    manifest = root / "manifest.json"
+    if manifest.is_file():
+        _read_manifest(reader, manifest)
+
+
+def _read_loose(reader: _Reader, files: LooseFiles) -> None:
+    for path in files.logs:
+        reader.log(path)
+    for path in files.nvidia_smi:
+        if path.suffix == ".csv":
+            reader.gpu_csv(path)
+        else:
+            reader.gpu_text(path)
+    for path in files.dmesg:
+        reader.kernel(path)
+    for path in files.metrics:
+        reader.metrics(path)
+    for name, text, timestamp_s in files.metrics_texts:
+        reader.metrics_text(name, text, timestamp_s)
+    if files.launch is not None:
+        reader.launch_text("--launch", files.launch)
+    if files.model_config is not None:
+        reader.model(files.model_config)
+
+
+def _read_manifest(reader: _Reader, path: Path) -> None:
+    text = reader.text(path)
+    if text is None:
+        return
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as e:
+        reader.evidence.problems.append(Problem("manifest.json", f"not JSON: {e.msg}"))
+        return
+    for source in manifest.get("sources", []) if isinstance(manifest, dict) else []:
+        if isinstance(source, dict) and source.get("status") == "failed":
+            reader.evidence.problems.append(
+                Problem(str(source.get("name", "?")), f"capture failed: {source.get('reason', 'unknown reason')}")
+            )
+
+
+def _fold_log_hints(evidence: Evidence) -> None:
+    """Launch arguments the server printed fill what the launch command did not say."""
+    facts = evidence.logs
+    if facts is None or not facts.launch_hints:
+        return
+    config = evidence.launch
+    if config is None:
+        config = launch.parse_launch("", "server log")
+        config.engine = facts.engine
+        evidence.launch = config
+    args = facts.launch_hints.get("args_dict")
+    if args is not None:
+        launch.merge_args_dict(config, args, facts.launch_hint_citations["args_dict"])
+    max_len = facts.launch_hints.get("max_model_len")
+    if config.max_model_len is None and max_len is not None and max_len.isdigit():
+        config.max_model_len = int(max_len)
+        config.citations["max_model_len"] = facts.launch_hint_citations["max_model_len"]
+    if config.engine is None:
+        config.engine = facts.engine

@@ -1,0 +1,190 @@
+"""Server logs -> typed facts: matched signatures, memory numbers, stats series, HTTP statuses.
+
+Pure: a byte stream in, :class:`~llmtriage.facts.LogFacts` out. Any bytes are accepted (non-UTF-8 is
+replaced, ANSI colours are stripped); memory stays bounded whatever the size of the log.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from functools import cache
+from typing import Any, BinaryIO
+
+from llmtriage import catalog
+from llmtriage.catalog import Signature
+from llmtriage.facts import (
+    STATS_FIELDS,
+    BenchFigures,
+    Citation,
+    LogEvent,
+    LogFacts,
+    MemoryReport,
+    MetaFacts,
+    OffloadReport,
+    StatsPoint,
+)
+from llmtriage.parse.scanner import LineScanner, ScanTotals
+from llmtriage.parse.units import number, size_to_gib
+
+LIFECYCLE_PHASES = frozenset({"weights_load", "profile_run", "kv_alloc", "cuda_graph_capture"})
+ENGINES = frozenset({"vllm", "sglang", "tgi", "llama_cpp", "ollama"})
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+EXCERPT_CHARS = 360
+# The first N events of a signature are kept, plus its last one; the rest are only counted.
+EVENTS_PER_SIGNATURE = 200
+STATS_CAP = 20_000
+
+
+@cache
+def _scanner() -> tuple[LineScanner, tuple[Signature, ...]]:
+    sigs = catalog.signatures()
+    return LineScanner([s.pattern for s in sigs]), sigs
+
+
+def excerpt(text: str, start: int) -> str:
+    """A window of ``text`` around position ``start``, at most EXCERPT_CHARS long."""
+    if len(text) <= EXCERPT_CHARS:
+        return text
+    lo = max(0, min(start - 60, len(text) - EXCERPT_CHARS))
+    snippet = text[lo : lo + EXCERPT_CHARS]
+    return ("…" if lo else "") + snippet + ("…" if lo + EXCERPT_CHARS < len(text) else "")
+
+
+def _field_value(name: str, raw: str) -> tuple[str, Any]:
+    """Map a named group to (record field, converted value) following the catalog's naming rules."""
+    name = name.split("__", 1)[0]
+    if name.endswith("_size"):
+        return name[: -len("_size")] + "_gib", size_to_gib(raw)
+    if name.endswith("_pct"):
+        value = number(raw)
+        return name[: -len("_pct")] + "_ratio", None if value is None else value / 100.0
+    return name, raw
+
+
+class _FileState:
+    def __init__(self) -> None:
+        self.stage = "unknown"
+        self.overflow: dict[str, LogEvent] = {}
+
+
+def read_log(stream: BinaryIO, source: str, facts: LogFacts) -> None:
+    """Scan one log ``stream`` (named ``source`` in citations) and add what it says to ``facts``."""
+    scanner, sigs = _scanner()
+    totals = ScanTotals()
+    state = _FileState()
+    facts.sources.append(source)
+    for hit in scanner.scan(stream, totals):
+        text = _ANSI.sub("", hit.line.decode("utf-8", "replace")).rstrip("\r")
+        for pattern_id in sorted(hit.pattern_ids):
+            sig = sigs[pattern_id]
+            m = sig.regex.search(text)
+            if m is None:
+                continue
+            _apply(sig, m, text, source, hit.line_no, facts, state)
+    facts.events.extend(state.overflow.values())
+    facts.events.sort(key=lambda e: (facts.sources.index(e.source), e.line))
+    facts.lines_scanned += totals.lines
+    facts.bytes_scanned += totals.bytes
+
+
+def _apply(
+    sig: Signature, m: re.Match[str], text: str, source: str, line_no: int, facts: LogFacts, state: _FileState
+) -> None:
+    cite = Citation(source=source, line=line_no, excerpt=excerpt(text, m.start()))
+    if sig.engine in ENGINES:
+        facts.engine_votes[sig.engine] += 1
+    groups = {k: v for k, v in m.groupdict().items() if v is not None}
+    if sig.target is not None and groups:
+        _set_facts(facts, sig.target, groups, cite)
+    if sig.role == "stats":
+        state.stage = "serving"
+        _add_stats(facts, groups, cite)
+        return
+    if sig.role == "access":
+        state.stage = "serving"
+        status = int(groups["status"])
+        facts.http_status[(groups["method"], groups["path"], status)] += 1
+        facts.http_status_citations.setdefault(status, cite)
+        return
+    if sig.role == "fact":
+        if sig.phase in LIFECYCLE_PHASES and state.stage not in ("serving", "shutdown"):
+            state.stage = sig.phase
+        return
+    if sig.role == "marker":
+        if sig.marks == "ready":
+            state.stage = "serving"
+        elif sig.marks == "shutdown":
+            state.stage = "shutdown"
+        else:
+            state.stage = sig.phase
+    event = LogEvent(
+        signature=sig.id,
+        engine=sig.engine,
+        phase=sig.phase,
+        role=sig.role,
+        family=sig.family,
+        causes=sig.causes,
+        source=source,
+        line=line_no,
+        text=cite.excerpt,
+        stage=state.stage,
+        values=tuple(sorted(groups.items())),
+        marks=sig.marks,
+    )
+    facts.event_counts[sig.id] += 1
+    if facts.event_counts[sig.id] <= EVENTS_PER_SIGNATURE:
+        facts.events.append(event)
+    else:
+        state.overflow[sig.id] = event
+
+
+_RECORD_TYPES: dict[str, type] = {
+    "memory": MemoryReport,
+    "offload": OffloadReport,
+    "bench": BenchFigures,
+    "meta": MetaFacts,
+}
+_RECORD_FIELDS = {target: {f.name for f in fields(t)} - {"citations"} for target, t in _RECORD_TYPES.items()}
+_TEXT_FIELDS = frozenset({"device", "engine_version"})
+
+
+def _set_facts(facts: LogFacts, target: str, groups: dict[str, str], cite: Citation) -> None:
+    if target == "launch":
+        for name, raw in groups.items():
+            key = name.split("__", 1)[0]
+            facts.launch_hints[key] = raw
+            facts.launch_hint_citations[key] = cite
+        return
+    records: dict[str, MemoryReport | OffloadReport | BenchFigures | MetaFacts] = {
+        "memory": facts.memory,
+        "offload": facts.offload,
+        "bench": facts.bench,
+        "meta": facts.meta,
+    }
+    record = records[target]
+    known = _RECORD_FIELDS[target]
+    for name, raw in groups.items():
+        field_name, value = _field_value(name, raw)
+        if field_name not in known:
+            continue
+        if isinstance(value, str) and field_name not in _TEXT_FIELDS:
+            value = number(value)
+        if value is None:
+            continue
+        setattr(record, field_name, value)
+        record.citations[field_name] = cite
+
+
+def _add_stats(facts: LogFacts, groups: dict[str, str], cite: Citation) -> None:
+    values: dict[str, float] = {}
+    for name, raw in groups.items():
+        field_name, value = _field_value(name, raw)
+        if isinstance(value, str):
+            value = number(value)
+        if field_name in STATS_FIELDS and value is not None:
+            values[field_name] = value
+    facts.stats.append(StatsPoint(source=cite.source, line=cite.line or 0, text=cite.excerpt, **values))
+    if len(facts.stats) >= 2 * STATS_CAP:
+        # Halve the resolution rather than grow without bound; the series keeps its shape.
+        facts.stats = facts.stats[::2]

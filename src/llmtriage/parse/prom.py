@@ -1,0 +1,203 @@
+"""Prometheus text -> normalised metric snapshots, and the arithmetic over them: histogram quantiles,
+and with two or more scrapes, windowed quantiles and rates from bucket and counter deltas (resets handled).
+
+Parsing goes through prometheus_client's parser one metric family at a time, so one malformed family
+costs only itself. Names are mapped to engine-independent ones by catalog/metrics.yaml.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmtriage import catalog
+from llmtriage.facts import Histogram, MetricSnapshot, Problem
+
+_FAMILY_START = re.compile(r"^# HELP ", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def _samples(text: str, source: str, problems: list[Problem]) -> list[_Sample]:
+    starts = [m.start() for m in _FAMILY_START.finditer(text)]
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    blocks = [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+    samples: list[_Sample] = []
+    bad = 0
+    for block in blocks:
+        if not block.strip():
+            continue
+        try:
+            parsed = [
+                _Sample(s.name, dict(s.labels), float(s.value))
+                for family in text_string_to_metric_families(block)
+                for s in family.samples
+            ]
+        except (ValueError, TypeError, IndexError, KeyError):
+            bad += 1
+            continue
+        samples.extend(parsed)
+    if bad:
+        problems.append(Problem(source, f"{bad} malformed metric famil{'y' if bad == 1 else 'ies'} skipped"))
+    return samples
+
+
+def parse_metrics(text: str, source: str, timestamp_s: float | None = None) -> tuple[MetricSnapshot, list[Problem]]:
+    """Parse one scrape into a normalised snapshot."""
+    problems: list[Problem] = []
+    samples = _samples(text, source, problems)
+    by_name: dict[str, list[_Sample]] = defaultdict(list)
+    for s in samples:
+        by_name[s.name].append(s)
+    mapping = catalog.metric_map()
+    engine = None
+    for eng, prefix in mapping.engine_prefixes.items():
+        if any(name.startswith(prefix) for name in by_name):
+            engine = eng
+            break
+    snap = MetricSnapshot(source=source, timestamp_s=timestamp_s, engine=engine, sample_count=len(samples))
+    for spec in mapping.specs:
+        for name in spec.names:
+            series_name = name + "_bucket" if spec.kind == "histogram" else name
+            chosen = [s for s in by_name.get(series_name, []) if _labels_match(s.labels, spec.labels)]
+            if not chosen:
+                continue
+            snap.raw_names[spec.canonical] = name
+            if spec.kind == "histogram":
+                hist = _histogram(name, chosen, by_name)
+                if hist is not None:
+                    snap.histograms[spec.canonical] = hist
+            else:
+                values = [s.value for s in chosen if not math.isnan(s.value)]
+                if not values:
+                    continue
+                value = max(values) if spec.aggregate == "max" else sum(values)
+                (snap.gauges if spec.kind == "gauge" else snap.counters)[spec.canonical] = value
+            break
+    for canonical, names in mapping.info.items():
+        for name in names:
+            if by_name.get(name):
+                snap.labels[canonical] = dict(by_name[name][0].labels)
+                snap.raw_names[canonical] = name
+                break
+    if samples and not snap.raw_names and engine is None:
+        problems.append(Problem(source, "no known inference-server metrics in this scrape"))
+    return snap, problems
+
+
+def _labels_match(labels: dict[str, str], wanted: tuple[tuple[str, str], ...]) -> bool:
+    return all(labels.get(k, "").startswith(v) for k, v in wanted)
+
+
+def _histogram(name: str, buckets: list[_Sample], by_name: dict[str, list[_Sample]]) -> Histogram | None:
+    merged: dict[float, float] = defaultdict(float)
+    for s in buckets:
+        try:
+            bound = float(s.labels.get("le", "nan"))
+        except ValueError:
+            continue
+        if not math.isnan(bound):
+            merged[bound] += s.value
+    if not merged or math.inf not in merged:
+        return None
+    total = sum(s.value for s in by_name.get(name + "_sum", []))
+    count = sum(s.value for s in by_name.get(name + "_count", [])) or merged[math.inf]
+    return Histogram(buckets=tuple(sorted(merged.items())), total=total, count=count)
+
+
+# ---------------------------------------------------------------- arithmetic
+
+
+def quantile(hist: Histogram | None, q: float) -> float | None:
+    """Prometheus' histogram_quantile: linear interpolation inside the bucket holding rank q*count."""
+    if hist is None or hist.count <= 0 or not hist.buckets:
+        return None
+    rank = q * hist.buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for upper, cumulative in hist.buckets:
+        if cumulative >= rank:
+            if math.isinf(upper):
+                # The rank falls in +Inf: the best answer is the largest finite bound.
+                return lower_bound
+            if cumulative == lower_count:
+                return upper
+            return lower_bound + (upper - lower_bound) * (rank - lower_count) / (cumulative - lower_count)
+        lower_bound, lower_count = upper, cumulative
+    return lower_bound
+
+
+def mean(hist: Histogram | None) -> float | None:
+    """sum / count."""
+    if hist is None or hist.count <= 0:
+        return None
+    return hist.total / hist.count
+
+
+def histogram_delta(old: Histogram | None, new: Histogram | None) -> Histogram | None:
+    """Observations between two scrapes; a reset (counts falling, buckets changed) restarts from ``new``."""
+    if new is None:
+        return None
+    if old is None:
+        return new
+    old_bounds = [b for b, _ in old.buckets]
+    new_bounds = [b for b, _ in new.buckets]
+    if old_bounds != new_bounds or new.count < old.count:
+        return new
+    deltas = [(b, n - o) for (b, n), (_, o) in zip(new.buckets, old.buckets, strict=True)]
+    if any(d < 0 for _, d in deltas):
+        return new
+    return Histogram(buckets=tuple(deltas), total=max(0.0, new.total - old.total), count=new.count - old.count)
+
+
+def counter_delta(old: float | None, new: float | None) -> float | None:
+    """Increase of a counter between two scrapes; a reset (value falling) counts from zero."""
+    if new is None:
+        return None
+    if old is None:
+        return None
+    return new if new < old else new - old
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What happened between the first and the last scrape."""
+
+    first: MetricSnapshot
+    last: MetricSnapshot
+    seconds: float | None
+
+    def histogram(self, name: str) -> Histogram | None:
+        """Observations of histogram ``name`` inside the window."""
+        return histogram_delta(self.first.histograms.get(name), self.last.histograms.get(name))
+
+    def delta(self, name: str) -> float | None:
+        """Increase of counter ``name`` inside the window."""
+        return counter_delta(self.first.counters.get(name), self.last.counters.get(name))
+
+    def rate(self, name: str) -> float | None:
+        """Per-second increase of counter ``name``; None without timestamps."""
+        d = self.delta(name)
+        if d is None or not self.seconds:
+            return None
+        return d / self.seconds
+
+
+def window(snapshots: list[MetricSnapshot]) -> Window | None:
+    """The window spanned by two or more scrapes, else None."""
+    if len(snapshots) < 2:
+        return None
+    first, last = snapshots[0], snapshots[-1]
+    seconds = None
+    if first.timestamp_s is not None and last.timestamp_s is not None and last.timestamp_s > first.timestamp_s:
+        seconds = last.timestamp_s - first.timestamp_s
+    return Window(first=first, last=last, seconds=seconds)

@@ -1,0 +1,63 @@
+"""Real vLLM 0.32.0 (CPU) failures, recorded: each names the right class and cause."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmtriage.diagnose.engine import diagnose
+from llmtriage.evidence.bundle import LooseFiles, read_evidence
+
+from ..conftest import FIXTURES
+
+LOGS = FIXTURES / "vllm-cpu" / "logs"
+METRICS = FIXTURES / "vllm-cpu" / "metrics"
+
+CASES = [
+    ("fault-a-max-model-len-too-big.log", [], "startup_failure", "max_model_len_exceeds_model"),
+    ("fault-b-kv-cache-too-small.log", [], "startup_oom", "kv_cache_too_small_for_max_model_len"),
+    ("fault-b2-kvcache-space-exceeds-ram.log", [], "startup_oom", "gpu_mem_util_too_high"),
+    ("fault-b3-kvcache-space-zero.log", [], "startup_oom", "weights_kv_exceed_memory"),
+    (
+        "fault-c-kv-pressure.log",
+        ["kv-pressure-before.txt", "kv-pressure-at-peak-waiting.txt", "kv-pressure-after.txt"],
+        "slow_ttft",
+        "kv_pressure_preemption",
+    ),
+    ("fault-c-kv-pressure.log", [], "slow_ttft", "kv_pressure_preemption"),
+    ("fault-d-port-in-use.log", [], "startup_failure", "port_in_use"),
+    ("fault-e-model-path-missing.log", [], "startup_failure", "model_path_or_permission"),
+    ("fault-e3-repo-id-offline.log", [], "startup_failure", "model_path_or_permission"),
+    ("fault-e4-repo-id-no-network.log", [], "startup_failure", "model_path_or_permission"),
+    ("fault-f-prompt-exceeds-max-model-len.http.txt", [], "request_rejected", "prompt_exceeds_max_model_len"),
+    ("fault-g-engine-worker-killed.log", [], "request_failure", "worker_process_killed"),
+    ("startup-ok.log", ["before-load.txt", "after-load.txt"], "healthy", None),
+    ("start-eager.log", [], "healthy", None),
+]
+
+
+@pytest.mark.parametrize(("log", "scrapes", "symptom", "cause"), CASES, ids=[f"{c[0]}+{len(c[1])}" for c in CASES])
+def test_recorded_fault(log: str, scrapes: list[str], symptom: str, cause: str | None) -> None:
+    loose = LooseFiles(logs=[LOGS / log])
+    for i, name in enumerate(scrapes):
+        loose.metrics_texts.append((name, (METRICS / name).read_text(), 1000.0 + 10 * i))
+    result = diagnose(read_evidence(loose=loose))
+    assert result.symptom_class == symptom
+    if cause is None:
+        assert result.causes == []
+    else:
+        assert result.causes[0].id == cause, [(c.id, round(c.confidence, 2)) for c in result.causes]
+
+
+def test_kv_too_small_says_what_fits() -> None:
+    result = diagnose(read_evidence(loose=LooseFiles(logs=[LOGS / "fault-b-kv-cache-too-small.log"])))
+    notes = [e.note for e in result.causes[0].evidence]
+    assert any("896" in n for n in notes), notes
+    root = result.causes[0].evidence[0].citation
+    assert root.line == 76 and "To serve at least one request" in root.excerpt
+
+
+def test_wrapper_is_never_the_root_cause() -> None:
+    result = diagnose(read_evidence(loose=LooseFiles(logs=[LOGS / "fault-b3-kvcache-space-zero.log"])))
+    cited = [e.citation.excerpt for c in result.causes for e in c.evidence]
+    assert not any("Engine core initialization failed" in x for x in cited)
+    assert any("No available memory for the cache blocks" in x for x in cited)
