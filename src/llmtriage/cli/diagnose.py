@@ -1,57 +1,23 @@
-"""The ``llmtriage`` command: a thin shell over the library. Only this module prints or exits."""
+"""``llmtriage diagnose``, ``tree``, ``explain``, ``version``."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import sys
 import time
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from llmtriage import __version__, catalog
+from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.diagnose.model import SCHEMA_VERSION, Diagnosis
-from llmtriage.errors import ExitCode, LlmtriageError, NothingReadableError, UsageError
+from llmtriage.errors import ExitCode, NothingReadableError, UsageError
 from llmtriage.evidence import live
 from llmtriage.evidence.bundle import LooseFiles, read_evidence
 from llmtriage.report import text as text_report
 from llmtriage.slo import parse_duration, parse_slo
-
-app = typer.Typer(
-    name="llmtriage",
-    help=(
-        "Triage for LLM inference servers (vLLM, SGLang, TGI, llama.cpp) that won't start, run out of memory, "
-        "or answer slowly. Classify the symptom first, keep the scene, explain with evidence, then change config."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="rich",
-    pretty_exceptions_enable=False,
-)
-
-stdout = Console()
-stderr = Console(stderr=True)
-
-
-class OutputFormat(StrEnum):
-    """Output formats of reports."""
-
-    text = "text"
-    json = "json"
-
-
-def fail(error: LlmtriageError) -> NoReturn:
-    """Print one line and a hint, exit with the error's code."""
-    stderr.print(f"[bold red]error:[/] {error.message}", highlight=False)
-    if error.hint:
-        stderr.print(f"[dim]hint: {error.hint}[/]", highlight=False)
-    raise typer.Exit(int(error.exit_code))
 
 
 def _metrics_sources(values: list[str], window_s: float | None, loose: LooseFiles) -> bool | None:
@@ -135,7 +101,7 @@ def diagnose(
     if not evidence.any_readable():
         problems = [f"{p.source}: {p.message}" for p in evidence.problems]
         if output is OutputFormat.json:
-            _print_json({"schema_version": SCHEMA_VERSION, "error": "nothing readable", "problems": problems})
+            print_json({"schema_version": SCHEMA_VERSION, "error": "nothing readable", "problems": problems})
         fail(
             NothingReadableError(
                 f"nothing readable in {evidence.origin}" + (f" ({'; '.join(problems[:3])})" if problems else ""),
@@ -155,13 +121,9 @@ def _existing(paths: list[Path], flag: str) -> list[Path]:
     return paths
 
 
-def _print_json(data: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-
-
 def _show(result: Diagnosis, output: OutputFormat) -> None:
     if output is OutputFormat.json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
     else:
         stdout.print(text_report.build(result), highlight=False)
 
@@ -187,23 +149,3 @@ def explain(
 def version() -> None:
     """Print the version."""
     stdout.print(f"llmtriage {__version__}")
-
-
-def main() -> None:
-    """Console entry point: map errors to exit codes; never show a traceback unless LLMTRIAGE_DEBUG is set."""
-    try:
-        app()
-    except LlmtriageError as e:
-        try:
-            fail(e)
-        except typer.Exit as done:
-            sys.exit(done.exit_code)
-    except KeyboardInterrupt:
-        stderr.print("interrupted")
-        sys.exit(130)
-    except Exception as e:  # the boundary: a bug must still end in one clear line
-        if os.environ.get("LLMTRIAGE_DEBUG"):
-            raise
-        stderr.print(f"[bold red]internal error:[/] {type(e).__name__}: {e}", highlight=False)
-        stderr.print("[dim]hint: rerun with LLMTRIAGE_DEBUG=1 for the traceback, and please report it[/]")
-        sys.exit(int(ExitCode.INTERNAL))

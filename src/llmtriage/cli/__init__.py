@@ -1,0 +1,35 @@
+"""The ``llmtriage`` command: a thin shell over the library. Only this package prints or exits."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from llmtriage.cli import diagnose as _diagnose
+from llmtriage.cli.app import app, fail, stderr
+from llmtriage.errors import ExitCode, LlmtriageError
+
+# Each module above registers its commands on `app`; the list is explicit on purpose.
+COMMAND_MODULES = (_diagnose,)
+
+
+def main() -> None:
+    """Console entry point: map errors to exit codes; never show a traceback unless LLMTRIAGE_DEBUG is set."""
+    try:
+        app()
+    except LlmtriageError as e:
+        try:
+            fail(e)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+    except KeyboardInterrupt:
+        stderr.print("interrupted")
+        sys.exit(130)
+    except Exception as e:  # the boundary: a bug must still end in one clear line
+        if os.environ.get("LLMTRIAGE_DEBUG"):
+            raise
+        stderr.print(f"[bold red]internal error:[/] {type(e).__name__}: {e}", highlight=False)
+        stderr.print("[dim]hint: rerun with LLMTRIAGE_DEBUG=1 for the traceback, and please report it[/]")
+        sys.exit(int(ExitCode.INTERNAL))

@@ -1,0 +1,48 @@
+"""The typer application and what every command shares: consoles, output formats, errors to exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from llmtriage.errors import LlmtriageError
+
+app = typer.Typer(
+    name="llmtriage",
+    help=(
+        "Triage for LLM inference servers (vLLM, SGLang, TGI, llama.cpp) that won't start, run out of memory, "
+        "or answer slowly. Classify the symptom first, keep the scene, explain with evidence, then change config."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+stdout = Console()
+stderr = Console(stderr=True)
+
+
+class OutputFormat(StrEnum):
+    """Output formats of reports."""
+
+    text = "text"
+    json = "json"
+
+
+def fail(error: LlmtriageError) -> NoReturn:
+    """Print one line and a hint, exit with the error's code."""
+    stderr.print(f"[bold red]error:[/] {error.message}", highlight=False)
+    if error.hint:
+        stderr.print(f"[dim]hint: {error.hint}[/]", highlight=False)
+    raise typer.Exit(int(error.exit_code))
+
+
+def print_json(data: dict[str, Any]) -> None:
+    """Write ``data`` as the only thing on stdout."""
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
