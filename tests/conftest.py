@@ -42,3 +42,48 @@ def incident_bundle(incident: dict[str, Any], root: Path) -> Path:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+async def _drive(url: str, payloads: list[dict[str, object]], concurrency: int, timeout_s: float) -> list[int]:
+    import asyncio
+    import sys
+
+    import aiohttp
+
+    statuses: list[int] = []
+    gate = asyncio.Semaphore(concurrency)
+    # A fresh connection per request: uvicorn closes idle keep-alive connections after 5 s, and a POST on one
+    # it just closed fails with "Can not write request body" (seen against real vLLM under load).
+    connector = aiohttp.TCPConnector(force_close=True, limit=0)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector) as session:
+
+        async def one(payload: dict[str, object]) -> None:
+            async with gate:
+                try:
+                    async with session.post(url + "/v1/completions", json=payload) as resp:
+                        async for _ in resp.content:
+                            pass
+                        statuses.append(resp.status)
+                except (aiohttp.ClientError, TimeoutError) as e:
+                    print(f"request failed: {e!r}", file=sys.stderr)
+                    statuses.append(0)
+
+        await asyncio.gather(*(one(p) for p in payloads))
+    return statuses
+
+
+def drive(url: str, payloads: list[dict[str, object]], concurrency: int, timeout_s: float = 600) -> list[int]:
+    """Send the payloads as streaming completions, at most `concurrency` at once; the HTTP statuses (0: no answer)."""
+    import asyncio
+
+    return asyncio.run(_drive(url, payloads, concurrency, timeout_s))
+
+
+def completion(prompt_tokens: int, max_tokens: int, stream: bool = True) -> dict[str, object]:
+    """A completion request of about `prompt_tokens` tokens for the simulator (4 characters a token)."""
+    return {
+        "prompt": "word " * (prompt_tokens * 4 // 5),
+        "max_tokens": max_tokens,
+        "stream": stream,
+        "ignore_eos": True,
+    }

@@ -167,6 +167,7 @@ class StatsPoint:
     source: str
     line: int
     text: str
+    signature: str = ""
     prompt_tps: float | None = None
     generation_tps: float | None = None
     running: float | None = None
@@ -185,7 +186,7 @@ class StatsPoint:
         return Citation(source=self.source, line=self.line, excerpt=self.text)
 
 
-STATS_FIELDS = frozenset(f.name for f in fields(StatsPoint)) - {"source", "line", "text"}
+STATS_FIELDS = frozenset(f.name for f in fields(StatsPoint)) - {"source", "line", "text", "signature"}
 
 
 @dataclass(slots=True)

@@ -7,12 +7,16 @@ import sys
 
 import typer
 
+from llmtriage.cli import capture as _capture
 from llmtriage.cli import diagnose as _diagnose
+from llmtriage.cli import fit as _fit
+from llmtriage.cli import runbook as _runbook
+from llmtriage.cli import sim as _sim
 from llmtriage.cli.app import app, fail, stderr
 from llmtriage.errors import ExitCode, LlmtriageError
 
 # Each module above registers its commands on `app`; the list is explicit on purpose.
-COMMAND_MODULES = (_diagnose,)
+COMMAND_MODULES = (_diagnose, _sim, _runbook, _fit, _capture)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ import typer
 
 from llmtriage import __version__, catalog
 from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
+from llmtriage.cli.runbook import consult_runbook
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.diagnose.model import SCHEMA_VERSION, Diagnosis
 from llmtriage.errors import ExitCode, NothingReadableError, UsageError
@@ -72,6 +73,11 @@ def diagnose(
     output: Annotated[OutputFormat, typer.Option("--format", help="text (for people) or json (stable schema).")] = (
         OutputFormat.text
     ),
+    runbook: Annotated[
+        Path | None,
+        typer.Option("--runbook", help="Runbook to consult (default: $LLMTRIAGE_RUNBOOK or the user's, if it exists)."),
+    ] = None,
+    no_runbook: Annotated[bool, typer.Option("--no-runbook", help="Do not consult the runbook.")] = False,
 ) -> None:
     """Diagnose a server from a bundle or loose files: symptom class, path, ranked causes with evidence, fixes.
 
@@ -110,6 +116,8 @@ def diagnose(
             )
         )
     result = run_diagnosis(evidence, thresholds)
+    if not no_runbook:
+        consult_runbook(result, evidence, runbook)
     _show(result, output)
     raise typer.Exit(int(ExitCode.OK if result.healthy else ExitCode.PROBLEM_FOUND))
 

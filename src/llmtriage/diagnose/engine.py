@@ -8,13 +8,13 @@ from llmtriage import catalog
 from llmtriage.catalog import Thresholds
 from llmtriage.diagnose import questions
 from llmtriage.diagnose.model import Diagnosis, Evidence, Missing, PathStep, RankedCause
-from llmtriage.diagnose.rules import Signal, hardware, latency, runtime, signals_for, signatures, startup
+from llmtriage.diagnose.rules import Signal, capacity, hardware, latency, runtime, signals_for, signatures, startup
 from llmtriage.diagnose.scene import Scene
 from llmtriage.facts import Evidence as EvidenceFacts
 from llmtriage.facts import Problem
 
 # The rule modules register themselves on import; naming them here keeps the registry explicit.
-RULE_MODULES = (signatures, hardware, startup, runtime, latency)
+RULE_MODULES = (signatures, hardware, startup, runtime, latency, capacity)
 
 MIN_CONFIDENCE = 0.15
 MAX_EVIDENCE_PER_CAUSE = 6

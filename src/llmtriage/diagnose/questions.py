@@ -329,12 +329,10 @@ def slow_generation_evidence(scene: Scene) -> list[Evidence]:
                 "llama.cpp runs every layer on the CPU",
             )
         )
-    for index, reasons in scene.gpu.active_reasons.items():
+    for index, (reasons, cite) in scene.clock_reasons.items():
         severe = [r for r in reasons if r.startswith("hw_") or r == "sw_thermal_slowdown"]
         if severe:
-            found.append(
-                Evidence(scene.gpu.reasons_citation or Citation("gpu"), f"GPU {index}: {', '.join(severe)} active")
-            )
+            found.append(Evidence(cite, f"GPU {index}: {', '.join(severe)} active"))
     return found
 
 

@@ -303,6 +303,10 @@ class Scene:
 
     # ------------------------------------------------------------ stats lines
 
+    def by_stats_signature(self, signature: str) -> list[StatsPoint]:
+        """Stats points of one signature, in order."""
+        return [p for p in self.log.stats if p.signature == signature]
+
     def stats_peak(self, field_name: str) -> Measure | None:
         """The highest value of a stats-line field."""
         best: tuple[float, StatsPoint] | None = None
@@ -334,6 +338,23 @@ class Scene:
     def gpu_samples(self) -> list[GpuSample]:
         """Every GPU reading: snapshot tables, -q sections and CSV series."""
         return [*self.gpu.snapshot, *self.gpu.samples]
+
+    @cached_property
+    def clock_reasons(self) -> dict[int, tuple[tuple[str, ...], Citation]]:
+        """Per GPU, the clocks event reasons seen active while it worked, with where they were read."""
+        found: dict[int, tuple[set[str], Citation]] = {}
+        for index, active in self.gpu.active_reasons.items():
+            if active:
+                found[index] = (set(active), self.gpu.reasons_citation or Citation(source="gpu"))
+        for sample in self.gpu_samples:
+            sampled = sample.clocks_event_reasons
+            busy = sample.utilization_gpu_pct is None or sample.utilization_gpu_pct >= self.t.busy_utilization_pct
+            if not sampled or not busy:
+                continue
+            index = sample.index or 0
+            seen, cite = found.get(index, (set(), sample.citation or Citation(source="gpu")))
+            found[index] = (seen | set(sampled), cite)
+        return {index: (tuple(sorted(seen)), cite) for index, (seen, cite) in found.items()}
 
     @cached_property
     def http_posts(self) -> tuple[int, int, int]:

@@ -99,7 +99,7 @@ def _apply(
         _set_facts(facts, sig.target, groups, cite)
     if sig.role == "stats":
         state.stage = "serving"
-        _add_stats(facts, groups, cite)
+        _add_stats(facts, sig.id, groups, cite)
         return
     if sig.role == "access":
         state.stage = "serving"
@@ -176,7 +176,7 @@ def _set_facts(facts: LogFacts, target: str, groups: dict[str, str], cite: Citat
         record.citations[field_name] = cite
 
 
-def _add_stats(facts: LogFacts, groups: dict[str, str], cite: Citation) -> None:
+def _add_stats(facts: LogFacts, signature: str, groups: dict[str, str], cite: Citation) -> None:
     values: dict[str, float] = {}
     for name, raw in groups.items():
         field_name, value = _field_value(name, raw)
@@ -184,7 +184,9 @@ def _add_stats(facts: LogFacts, groups: dict[str, str], cite: Citation) -> None:
             value = number(value)
         if field_name in STATS_FIELDS and value is not None:
             values[field_name] = value
-    facts.stats.append(StatsPoint(source=cite.source, line=cite.line or 0, text=cite.excerpt, **values))
+    facts.stats.append(
+        StatsPoint(source=cite.source, line=cite.line or 0, text=cite.excerpt, signature=signature, **values)
+    )
     if len(facts.stats) >= 2 * STATS_CAP:
         # Halve the resolution rather than grow without bound; the series keeps its shape.
         facts.stats = facts.stats[::2]

@@ -166,10 +166,9 @@ def neighbours(scene: Scene) -> Iterator[Signal]:
 def throttling(scene: Scene) -> Iterator[Signal]:
     """Clocks held down by power or heat while the GPU works."""
     t = scene.t
-    for index, reasons in scene.gpu.active_reasons.items():
+    for index, (reasons, cite) in scene.clock_reasons.items():
         severe = [r for r in reasons if r.startswith("hw_") or r == "sw_thermal_slowdown"]
         power = [r for r in reasons if r == "sw_power_cap"]
-        cite = scene.gpu.reasons_citation
         if severe:
             yield signal("power_thermal_throttling", 0.7, cite, f"GPU {index}: {', '.join(severe)} active")
         elif power:
@@ -251,7 +250,8 @@ def bandwidth_bound(scene: Scene) -> Iterator[Signal]:
         return
     if scene.gpu.processes and len(scene.gpu.processes) >= 2:
         return
-    if any(reasons for reasons in scene.gpu.active_reasons.values()):
+    throttled = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+    if any(throttled & set(reasons) for reasons, _ in scene.clock_reasons.values()):
         return
     yield signal(
         "memory_bandwidth_bound",

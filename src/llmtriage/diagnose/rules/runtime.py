@@ -12,7 +12,16 @@ from llmtriage.facts import Citation
 
 @rule("runtime_oom")
 def concurrency_at_crash(scene: Scene) -> Iterator[Signal]:
-    """Many requests running with the KV cache full when memory ran out."""
+    """Many requests running, or the KV cache full, when memory ran out."""
+    dumps = scene.by_stats_signature("stats_vllm_crash_dump")
+    if dumps and (dumps[-1].running or 0) >= scene.t.crash_running:
+        crash = dumps[-1]
+        yield signal(
+            "concurrency_exceeds_kv_pool",
+            0.5,
+            crash.cite(),
+            f"{crash.running:g} requests running when the engine died",
+        )
     kv = scene.peak_kv_usage
     if kv is not None and kv.value >= scene.t.kv_usage_high:
         yield signal("concurrency_exceeds_kv_pool", 0.4, kv.citation, f"KV cache usage reached {kv.value:.0%}")
@@ -75,7 +84,9 @@ def fragmentation(scene: Scene) -> Iterator[Signal]:
     if reserved is None:
         return
     tried = mem.tried_alloc_gib or 0.0
-    if reserved >= scene.t.fragmentation_gib or (tried and reserved >= scene.t.fragmentation_share * tried):
+    t = scene.t
+    share_of_request = tried and reserved >= t.fragmentation_share * tried and reserved >= t.fragmentation_floor_gib
+    if reserved >= t.fragmentation_gib or share_of_request:
         yield signal(
             "allocator_fragmentation",
             0.6,

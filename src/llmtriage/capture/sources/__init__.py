@@ -1,0 +1,31 @@
+"""The sources of a capture, in the order they run (an explicit list on purpose).
+
+Launch and environment come first, so the secrets they name are known before the logs are read; the sampled
+sources start next and run for the duration while the remaining one-shot sources run beside them.
+"""
+
+from __future__ import annotations
+
+from llmtriage.capture.collector import Collector
+from llmtriage.capture.sources.gpu import GpuSamples, NvidiaSmiPerformance, NvidiaSmiTable
+from llmtriage.capture.sources.kernel import KernelMessages
+from llmtriage.capture.sources.launch import DockerInspect, ProcessCmdline, ProcessEnviron
+from llmtriage.capture.sources.logs import DockerLogs, JournalLogs, LogFileTail, ProcessOutputLog
+from llmtriage.capture.sources.metrics import MetricsScrapes
+from llmtriage.capture.sources.model import ModelConfigJson
+
+COLLECTORS: tuple[type[Collector], ...] = (
+    DockerInspect,
+    ProcessCmdline,
+    ProcessEnviron,
+    MetricsScrapes,
+    GpuSamples,
+    DockerLogs,
+    LogFileTail,
+    JournalLogs,
+    ProcessOutputLog,
+    KernelMessages,
+    NvidiaSmiTable,
+    NvidiaSmiPerformance,
+    ModelConfigJson,
+)

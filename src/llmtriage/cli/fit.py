@@ -1,0 +1,155 @@
+"""``llmtriage fit``: will vLLM start with this model on this GPU, and how fast can it decode."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from llmtriage.capacity import (
+    FitRequest,
+    FitResult,
+    LaunchSettings,
+    Roofline,
+    decode_roofline,
+    fit,
+    resolve_gpu,
+    resolve_model,
+    suggest,
+)
+from llmtriage.capacity.gpu import GpuSpec
+from llmtriage.capacity.version import default_version, parse_version
+from llmtriage.cli.app import OutputFormat, app, fail, print_json, stdout
+from llmtriage.errors import ExitCode, UsageError
+
+
+def _gpu(name: str | None, memory_gib: float | None) -> GpuSpec:
+    if memory_gib is not None and memory_gib <= 0:
+        raise UsageError(f"--gpu-memory-gib {memory_gib:g}: must be positive", "the total nvidia-smi shows, in GiB")
+    if name is None:
+        if memory_gib is None:
+            raise UsageError("no GPU given", "give --gpu NAME (e.g. H100, 'NVIDIA L4') or --gpu-memory-gib X")
+        return GpuSpec("GPU", memory_gib, None, None)
+    spec = resolve_gpu(name)
+    if memory_gib is None:
+        return spec
+    # The total the GPU reports wins over the catalog's.
+    return GpuSpec(spec.name, memory_gib, spec.bandwidth_gbs, spec.bf16_tflops)
+
+
+def _table(result: FitResult) -> Table:
+    table = Table(title=f"{result.model} on {result.gpu} (vLLM {result.engine_version}, {result.engine.upper()})")
+    table.add_column("per GPU")
+    table.add_column("GiB", justify="right")
+    table.add_row("total memory", f"{result.gpu_total_gib:.2f}")
+    table.add_row("budget (total x utilization)", f"{result.budget_gib:.2f}")
+    table.add_row("weights", f"{result.weights_gib:.2f}")
+    table.add_row(f"activation peak ({result.max_num_batched_tokens:,} tokens)", f"{result.activation_gib:.2f}")
+    table.add_row("non-torch (CUDA context, NCCL)", f"{result.non_torch_gib:.2f}")
+    where = "inside" if result.cuda_graph_in_budget else "outside"
+    table.add_row(f"CUDA graphs ({where} the budget)", f"{result.cuda_graph_gib:.2f}")
+    table.add_row(f"KV cache ({result.available_kv_source})", f"{result.available_kv_gib:.2f}")
+    return table
+
+
+def _text(result: FitResult, roofline: Roofline | None) -> None:
+    stdout.print(_table(result))
+    stdout.print(
+        f"KV cache: {result.kv_bytes_per_token:,} bytes/token, {result.block_size}-token blocks,"
+        f" {result.num_gpu_blocks:,} blocks = {result.kv_tokens:,} tokens;"
+        f" {result.max_concurrency:.2f}x concurrency at {result.max_model_len:,} tokens per request",
+        highlight=False,
+    )
+    if result.starts:
+        stdout.print(
+            f"[bold green]starts[/]: one {result.max_model_len:,}-token request needs"
+            f" {result.kv_needed_gib:.2f} GiB of KV cache",
+            highlight=False,
+        )
+    else:
+        stdout.print(f"[bold red]does not start[/] ({result.error}): {result.detail}", highlight=False)
+    for tip in result.suggestions:
+        stdout.print(f"  change: {tip}", highlight=False)
+    for note in result.warnings:
+        stdout.print(f"[dim]note: {note}[/]", highlight=False)
+    if roofline is not None:
+        stdout.print(
+            f"roofline (batch {roofline.batch}, {roofline.context_tokens:,} tokens of context):"
+            f" decode reads {roofline.weights_read_gib:.2f} GiB of weights + {roofline.kv_read_gib:.2f} GiB of KV"
+            f" per step at {roofline.bandwidth_gbs:g} GB/s -> TPOT >= {roofline.tpot_floor_ms:.2f} ms,"
+            f" <= {roofline.tokens_per_s_per_sequence:,.0f} tokens/s per sequence,"
+            f" <= {roofline.tokens_per_s:,.0f} tokens/s in all; prefill of {roofline.context_tokens:,} tokens"
+            f" >= {roofline.prefill_ms:,.1f} ms ({roofline.prefill_tflop:.1f} TFLOP at {roofline.bf16_tflops:g} TFLOPS)",
+            highlight=False,
+        )
+
+
+@app.command(name="fit")
+def fit_command(
+    model: Annotated[str, typer.Option("--model", help="Catalog name, model directory, or config.json.")],
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU name (catalog or nvidia-smi name).")] = None,
+    gpu_memory_gib: Annotated[
+        float | None, typer.Option("--gpu-memory-gib", help="Total GPU memory as reported; wins over --gpu's.")
+    ] = None,
+    tp: Annotated[int, typer.Option("--tp", "--tensor-parallel-size", help="Tensor parallel size.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", "--pipeline-parallel-size", help="Pipeline parallel size.")] = 1,
+    max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Context limit.")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization")] = 0.9,
+    max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option("--max-num-batched-tokens")] = None,
+    block_size: Annotated[int | None, typer.Option("--block-size")] = None,
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto or fp8.")] = "auto",
+    quantization: Annotated[str | None, typer.Option("--quantization", help="awq, gptq, fp8, ...")] = None,
+    dtype: Annotated[str, typer.Option("--dtype")] = "auto",
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs.")] = False,
+    engine_version: Annotated[str | None, typer.Option("--engine-version", help="vLLM version, 0.X.Y.")] = None,
+    free_memory_gib: Annotated[
+        float | None, typer.Option("--free-memory-gib", help="Free GPU memory before start (others hold the rest).")
+    ] = None,
+    available_kv_gib: Annotated[
+        float | None, typer.Option("--available-kv-gib", help="What vLLM printed as 'Available KV cache memory'.")
+    ] = None,
+    online: Annotated[bool, typer.Option("--online", help="Fetch an unknown model's config from the Hub.")] = False,
+    roofline: Annotated[bool, typer.Option("--roofline", help="Also print the decode roofline.")] = False,
+    batch: Annotated[int, typer.Option("--batch", help="Roofline: sequences decoding together.")] = 1,
+    context: Annotated[int, typer.Option("--context", help="Roofline: context tokens per sequence.")] = 4096,
+    output: Annotated[OutputFormat, typer.Option("--format", help="text or json.")] = OutputFormat.text,
+) -> None:
+    """Predict whether vLLM starts (weights + activations + CUDA graphs + KV cache vs memory) and what to change.
+
+    Exit codes: 0 it starts, 1 it does not, 2 usage error.
+    """
+    try:
+        request = FitRequest(
+            model=resolve_model(model, online=online),
+            gpu=_gpu(gpu, gpu_memory_gib),
+            launch=LaunchSettings(
+                max_model_len=max_model_len,
+                gpu_memory_utilization=gpu_memory_utilization,
+                tensor_parallel_size=tp,
+                pipeline_parallel_size=pp,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                block_size=block_size,
+                kv_cache_dtype=kv_cache_dtype,
+                quantization=quantization,
+                dtype=dtype,
+                enforce_eager=enforce_eager,
+            ),
+            version=parse_version(engine_version) if engine_version else default_version(),
+            free_memory_gib=free_memory_gib,
+            available_kv_gib=available_kv_gib,
+        )
+        result = suggest(request, fit(request))
+        ceiling = decode_roofline(request, batch, context) if roofline else None
+    except UsageError as e:
+        fail(e)
+    if output is OutputFormat.json:
+        data = result.to_dict()
+        if ceiling is not None:
+            data["roofline"] = ceiling.to_dict()
+        print_json(data)
+    else:
+        _text(result, ceiling)
+    raise typer.Exit(int(ExitCode.OK if result.starts else ExitCode.PROBLEM_FOUND))

@@ -1,0 +1,187 @@
+"""``llmtriage runbook add|list|show|search|export|import``, and the runbook ``diagnose`` consults."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from llmtriage.cli.app import app, stderr, stdout
+from llmtriage.diagnose.engine import diagnose as run_diagnosis
+from llmtriage.diagnose.model import Diagnosis
+from llmtriage.errors import LlmtriageError, NothingReadableError, UnavailableError, UsageError
+from llmtriage.evidence.bundle import read_evidence
+from llmtriage.facts import Evidence
+from llmtriage.runbook import markdown
+from llmtriage.runbook.entry import Entry, entry_from_diagnosis
+from llmtriage.runbook.match import seen_before
+from llmtriage.runbook.store import ENV_VAR, Runbook, default_path
+
+runbook_app = typer.Typer(
+    name="runbook",
+    help="The incident runbook: symptom → evidence → cause → fix, searchable; `diagnose` says what was seen before.",
+    no_args_is_help=True,
+)
+app.add_typer(runbook_app, name="runbook")
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--db", help=f"The runbook file (default: ${ENV_VAR}, else runbook.sqlite3 in the user data directory)."
+    ),
+]
+FIX_CHARS = 60
+
+
+def _open(db: Path | None) -> Runbook:
+    return Runbook.open(db or default_path(), create=True)
+
+
+def _table(entries: list[Entry]) -> Table:
+    table = Table("id", "recorded", "symptom", "cause", "fix", "outcome", box=None, pad_edge=False)
+    for e in entries:
+        fix = " ".join((e.fix or "").split())
+        fix = fix if len(fix) <= FIX_CHARS else fix[: FIX_CHARS - 1] + "…"
+        outcome = "seed" if e.seed else e.outcome_kind or ""
+        table.add_row(str(e.id), e.recorded_on, e.symptom_class, e.cause, fix, outcome)
+    return table
+
+
+@runbook_app.command()
+def add(
+    bundle: Annotated[Path, typer.Argument(help="The incident's bundle directory (as `capture` writes it).")],
+    cause: Annotated[
+        str | None, typer.Option("--cause", help="The cause it turned out to be (default: the diagnosis' first).")
+    ] = None,
+    fix: Annotated[str | None, typer.Option("--fix", help="What was done.")] = None,
+    outcome: Annotated[
+        str | None,
+        typer.Option(
+            "--outcome", help='Whether it worked: starts with worked, failed, partial or untested ("worked: ...").'
+        ),
+    ] = None,
+    note: Annotated[str | None, typer.Option("--note", help="Anything else worth knowing next time.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Diagnose a bundle and record it: class, cause, key evidence, fingerprint, config, GPU, engine, fix, outcome."""
+    if not bundle.is_dir():
+        raise UsageError(f"{bundle}: not a directory", "give the incident's bundle directory")
+    evidence = read_evidence(bundle.resolve())
+    if not evidence.any_readable():
+        raise NothingReadableError(
+            f"nothing readable in {bundle}", "a bundle holds logs/, gpu/, kernel/, metrics/, config/"
+        )
+    diagnosis = run_diagnosis(evidence)
+    entry = entry_from_diagnosis(diagnosis, evidence, cause=cause, fix=fix, outcome=outcome, notes=note)
+    with _open(db) as runbook:
+        stored = runbook.add(entry)
+    where = f", fingerprint {stored.fingerprint}" if stored.fingerprint else ""
+    stdout.print(f"added entry {stored.id}: {stored.symptom_class} → {stored.cause}{where}", highlight=False)
+
+
+@runbook_app.command("list")
+def list_(
+    seeds: Annotated[bool, typer.Option("--seeds", help="Also list the seed entries (the classic faults).")] = False,
+    db: DbOption = None,
+) -> None:
+    """List the incidents, oldest first."""
+    with _open(db) as runbook:
+        entries = runbook.entries(seeds=seeds)
+        seed_count = runbook.count(seeds=True)
+    if not entries:
+        stdout.print(f"no incidents recorded yet ({seed_count} seed entries: `llmtriage runbook list --seeds`)")
+        return
+    stdout.print(_table(entries))
+
+
+@runbook_app.command()
+def show(
+    entry_id: Annotated[int, typer.Argument(help="The entry's id (see `runbook list`).")], db: DbOption = None
+) -> None:
+    """Print one entry: symptom → evidence → cause → fix, and its details."""
+    with _open(db) as runbook:
+        entry = runbook.get(entry_id)
+    sys.stdout.write(markdown.entry_markdown(entry))
+
+
+@runbook_app.command()
+def search(
+    text: Annotated[str, typer.Argument(help="Words to find (all of them) in evidence, causes, fixes and notes.")],
+    db: DbOption = None,
+) -> None:
+    """Full-text search over the runbook, seed entries included, best match first."""
+    with _open(db) as runbook:
+        entries = runbook.search(text)
+    if not entries:
+        stdout.print(f"nothing in the runbook matches {text!r}", highlight=False)
+        raise typer.Exit(1)
+    stdout.print(_table(entries))
+
+
+@runbook_app.command()
+def export(
+    as_markdown: Annotated[bool, typer.Option("--markdown", help="Write Markdown (the only format so far).")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Write the runbook as a Markdown document, one entry per incident (seed entries are left out)."""
+    if not as_markdown:
+        raise UsageError("say which format to export", "--markdown (the only format so far)")
+    with _open(db) as runbook:
+        entries = runbook.entries()
+    document = markdown.to_markdown(entries)
+    if output is None:
+        sys.stdout.write(document)
+        return
+    _write_atomically(output, document)
+    stderr.print(f"wrote {len(entries)} entries to {output}", highlight=False)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write a temporary file next to ``path`` and rename it: a reader never sees half a document."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as e:
+        temporary.unlink(missing_ok=True)
+        raise UnavailableError(f"cannot write {path}: {e.strerror or e}") from e
+
+
+@runbook_app.command("import")
+def import_(
+    file: Annotated[Path, typer.Argument(help="A runbook document, as `runbook export --markdown` writes it.")],
+    db: DbOption = None,
+) -> None:
+    """Read a runbook document back; entries already in the runbook (same uid) are skipped."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {file}: {e}", "give a runbook document (Markdown)") from e
+    entries = markdown.parse(text, str(file))
+    with _open(db) as runbook:
+        added = runbook.add_many(entries)
+    stdout.print(f"imported {len(added)} entries ({len(entries) - len(added)} already in the runbook)")
+
+
+def consult_runbook(diagnosis: Diagnosis, evidence: Evidence, path: Path | None) -> None:
+    """Fill ``diagnosis.seen_before`` from the runbook, when one exists (none is ever created here).
+
+    A runbook that cannot be read becomes one of the diagnosis' problems: the diagnosis still stands.
+    """
+    target = path or default_path()
+    if not target.exists():
+        if path is not None:
+            raise UsageError(f"--runbook {path}: no such file", "`llmtriage runbook add BUNDLE --db PATH` creates one")
+        return
+    if diagnosis.healthy:
+        return
+    try:
+        with Runbook.open(target, create=False) as runbook:
+            diagnosis.seen_before = [m.to_dict() for m in seen_before(diagnosis, evidence, runbook)]
+    except LlmtriageError as e:
+        diagnosis.problems.append(e.message)

@@ -1,0 +1,227 @@
+"""Tokens without a tokenizer: prompts are counted at ~4 characters a token, hashed per 16-token block for
+prefix caching, and outputs are words drawn deterministically per request."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+CHARS_PER_TOKEN = 4
+CHAT_TOKENS_PER_MESSAGE = 4
+CHAT_TOKENS_PER_REPLY = 3
+
+WORDS = tuple(
+    [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "that",
+        "for",
+        "it",
+        "as",
+        "was",
+        "with",
+        "be",
+        "by",
+        "on",
+        "not",
+        "he",
+        "this",
+        "are",
+        "or",
+        "his",
+        "from",
+        "at",
+        "which",
+        "but",
+        "have",
+        "an",
+        "they",
+        "you",
+        "were",
+        "her",
+        "she",
+        "there",
+        "one",
+        "all",
+        "we",
+        "their",
+        "been",
+        "has",
+        "when",
+        "who",
+        "will",
+        "more",
+        "no",
+        "if",
+        "out",
+        "so",
+        "said",
+        "what",
+        "up",
+        "its",
+        "about",
+        "into",
+        "than",
+        "them",
+        "can",
+        "only",
+        "other",
+        "new",
+        "some",
+        "could",
+        "time",
+        "these",
+        "two",
+        "may",
+        "then",
+        "do",
+        "first",
+        "any",
+        "my",
+        "now",
+        "such",
+        "like",
+        "our",
+        "over",
+        "man",
+        "me",
+        "even",
+        "most",
+        "made",
+        "after",
+        "also",
+        "did",
+        "many",
+        "before",
+        "must",
+        "through",
+        "back",
+        "years",
+        "where",
+        "much",
+        "your",
+        "way",
+        "well",
+        "down",
+        "should",
+        "because",
+        "each",
+        "just",
+        "those",
+        "people",
+        "how",
+        "too",
+        "little",
+        "state",
+        "good",
+        "very",
+        "make",
+        "world",
+        "still",
+        "own",
+        "see",
+        "men",
+        "work",
+        "long",
+        "get",
+        "here",
+        "between",
+        "both",
+        "life",
+        "being",
+        "under",
+        "never",
+        "day",
+        "same",
+        "another",
+        "know",
+        "while",
+        "last",
+        "might",
+        "us",
+        "great",
+        "old",
+        "year",
+        "off",
+        "come",
+        "since",
+        "against",
+        "go",
+        "came",
+        "right",
+        "used",
+        "take",
+        "three",
+        "system",
+        "model",
+        "memory",
+        "server",
+        "token",
+        "cache",
+        "block",
+        "queue",
+        "batch",
+        "prompt",
+        "decode",
+        "prefill",
+        "kernel",
+        "stream",
+        "request",
+        "latency",
+    ]
+)
+
+
+def count_prompt_tokens(text: str) -> int:
+    """Approximate tokens of a prompt string (at least 1)."""
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+def render_chat(messages: list[dict[str, Any]]) -> str:
+    """The prompt a chat template would produce, close enough for counting and prefix hashing."""
+    parts = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        parts.append(f"<|{message.get('role', 'user')}|>\n{content or ''}\n")
+    return "".join(parts)
+
+
+def chat_prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """Tokens of a chat request: the contents plus the template's per-message and reply overhead."""
+    rendered = render_chat(messages)
+    return count_prompt_tokens(rendered) + CHAT_TOKENS_PER_MESSAGE * len(messages) + CHAT_TOKENS_PER_REPLY
+
+
+def block_hashes(text: str, prompt_tokens: int, block_size: int) -> tuple[int, ...]:
+    """Chained hashes of the prompt's full KV blocks: equal prefixes hash equal."""
+    hashes = []
+    previous = b""
+    block_chars = block_size * CHARS_PER_TOKEN
+    for index in range(prompt_tokens // block_size):
+        chunk = text[index * block_chars : (index + 1) * block_chars].encode("utf-8", "replace")
+        digest = hashlib.blake2b(previous + chunk, digest_size=8).digest()
+        hashes.append(int.from_bytes(digest, "little"))
+        previous = digest
+    return tuple(hashes)
+
+
+_TOKENS = tuple(" " + w for w in WORDS)
+_TOKENS_JSON = tuple(json.dumps(t) for t in _TOKENS)
+
+
+def token_text(seed: int, index: int) -> str:
+    """The ``index``-th output token of a request."""
+    return _TOKENS[(seed + index * 7919) % len(_TOKENS)]
+
+
+def token_json(seed: int, index: int) -> str:
+    """:func:`token_text` as a JSON string literal (precomputed: this is the streaming hot path)."""
+    return _TOKENS_JSON[(seed + index * 7919) % len(_TOKENS_JSON)]

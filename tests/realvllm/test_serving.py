@@ -1,0 +1,146 @@
+"""A real vLLM (CPU) serving: healthy, a request over max-model-len, KV pressure under load, a killed worker.
+
+One server of the recorded configuration (3,072-token KV cache, max-model-len 1,024) is shared by the first
+tests; the killed-worker test starts its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmtriage.diagnose.engine import diagnose
+from llmtriage.evidence.bundle import LooseFiles, read_evidence
+from llmtriage.lab.vllm_cpu import SERVED_NAME, VllmCpuServer
+
+from ..conftest import drive
+from .conftest import CACHE, VllmEnv
+
+PRESSURE_ARGS = ("--kv-cache-memory-bytes", "3145728", "--max-model-len", "1024", "--enforce-eager")
+
+
+def _prompt(tokens: int) -> str:
+    # The tiny tokenizer reads " def" as one token (trained on Python sources).
+    return " def" * tokens
+
+
+def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _scrape(server: VllmCpuServer) -> tuple[str, float]:
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as r:
+        return r.read().decode(), time.time()
+
+
+def _evidence(server: VllmCpuServer, scrapes: list[tuple[str, float]]) -> LooseFiles:
+    loose = LooseFiles(logs=[server.log_path])
+    loose.metrics_texts.extend((f"scrape-{i}", text, when) for i, (text, when) in enumerate(scrapes))
+    return loose
+
+
+@pytest.fixture(scope="module")
+def pressure_server(vllm_env: VllmEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmCpuServer]:
+    server = VllmCpuServer(
+        python=vllm_env.python,
+        model=vllm_env.model,
+        cache=CACHE,
+        log_path=tmp_path_factory.mktemp("vllm") / "server.log",
+        args=PRESSURE_ARGS,
+        kv_cache_space_gib=None,
+    ).start()
+    try:
+        assert server.wait(), server.log()[-2000:]
+        yield server
+    finally:
+        server.stop()
+
+
+def test_healthy_under_light_load(pressure_server: VllmCpuServer) -> None:
+    before = _scrape(pressure_server)
+    payloads = [{"prompt": _prompt(50), "max_tokens": 32, "stream": True, "ignore_eos": True} for _ in range(8)]
+    assert drive(pressure_server.url, payloads, concurrency=2) == [200] * 8
+    after = _scrape(pressure_server)
+    result = diagnose(read_evidence(loose=_evidence(pressure_server, [before, after])))
+    assert result.symptom_class == "healthy" and result.causes == []
+
+
+def test_prompt_over_max_model_len_is_rejected_and_diagnosed(pressure_server: VllmCpuServer, tmp_path: Path) -> None:
+    status, body = _post(
+        pressure_server.url + "/v1/completions", {"model": SERVED_NAME, "prompt": _prompt(1100), "max_tokens": 10}
+    )
+    assert status == 400
+    message = str(body["error"]["message"])  # type: ignore[index]
+    assert "maximum context length is 1024 tokens" in message
+    reply = tmp_path / "reply.txt"
+    reply.write_text(json.dumps(body))
+    result = diagnose(read_evidence(loose=LooseFiles(logs=[reply])))
+    assert (result.symptom_class, result.causes[0].id) == ("request_rejected", "prompt_exceeds_max_model_len")
+
+
+def test_kv_pressure_preempts_and_queues(pressure_server: VllmCpuServer) -> None:
+    before = _scrape(pressure_server)
+    peak: list[tuple[str, float]] = []
+
+    def watch() -> None:
+        best = -1.0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not done.is_set():
+            text, when = _scrape(pressure_server)
+            waiting = next(
+                (
+                    s.value
+                    for f in text_string_to_metric_families(text)
+                    for s in f.samples
+                    if s.name == "vllm:num_requests_waiting"
+                ),
+                0.0,
+            )
+            if waiting > best:
+                best, peak[:] = waiting, [(text, when)]
+            time.sleep(0.5)
+
+    done = threading.Event()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    payloads = [{"prompt": _prompt(450), "max_tokens": 500, "stream": True, "ignore_eos": True} for _ in range(64)]
+    assert drive(pressure_server.url, payloads, concurrency=32) == [200] * 64
+    done.set()
+    watcher.join()
+    after = _scrape(pressure_server)
+    result = diagnose(read_evidence(loose=_evidence(pressure_server, [before, *peak, after])))
+    assert result.symptom_class == "slow_ttft"
+    assert result.causes[0].id == "kv_pressure_preemption", [(c.id, round(c.confidence, 2)) for c in result.causes]
+
+
+def test_killed_worker(vllm_server) -> None:  # type: ignore[no-untyped-def]
+    server: VllmCpuServer = vllm_server("--enforce-eager")
+    assert server.wait()
+    load = threading.Thread(
+        target=drive,
+        args=(server.url, [{"prompt": _prompt(20), "max_tokens": 1500, "stream": True, "ignore_eos": True}] * 8, 8),
+        daemon=True,
+    )
+    load.start()
+    time.sleep(2)
+    (worker,) = server.worker_pids()
+    os.kill(worker, signal.SIGKILL)
+    server.wait_exit(timeout_s=60)
+    load.join(timeout=60)
+    result = diagnose(read_evidence(loose=LooseFiles(logs=[server.log_path])))
+    assert (result.symptom_class, result.causes[0].id) == ("request_failure", "worker_process_killed")

@@ -1,0 +1,343 @@
+"""The SQLite store on real files: schema, seeds, WAL, redaction, crashes, concurrent writers, foreign files."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from llmtriage import catalog
+from llmtriage.errors import UnavailableError, UsageError
+from llmtriage.runbook.entry import Entry
+from llmtriage.runbook.seeds import seeds
+from llmtriage.runbook.store import APPLICATION_ID, SCHEMA_VERSION, Runbook
+
+from .conftest import REPO, bundle, diagnosed_entry
+
+# The classic faults of the flowchart (DESIGN.md): each has a seed entry.
+CLASSIC_CAUSES = (
+    "weights_kv_exceed_memory",
+    "gpu_mem_util_too_high",
+    "other_process_holds_memory",
+    "kv_cache_too_small_for_max_model_len",
+    "max_model_len_exceeds_model",
+    "driver_cuda_mismatch",
+    "gpu_not_visible",
+    "model_path_or_permission",
+    "port_in_use",
+    "unsupported_model",
+    "nccl_or_distributed_init",
+    "prompt_exceeds_max_model_len",
+    "concurrency_exceeds_kv_pool",
+    "long_prompt_surge",
+    "activation_peak",
+    "allocator_fragmentation",
+    "cuda_graph_capture_memory",
+    "xid_hardware_or_driver",
+    "illegal_memory_access_kernel_bug",
+    "queueing_over_capacity",
+    "prefill_congestion",
+    "prefix_cache_miss",
+    "kv_pressure_preemption",
+    "power_thermal_throttling",
+    "gpu_contention_other_process",
+    "memory_bandwidth_bound",
+    "engine_stalled",
+)
+SECRET = "hf_" + "Zq8" * 12
+
+
+def entry(uid: str, **changes: object) -> Entry:
+    base = Entry(uid=uid, recorded_at="2026-10-02T11:22:33Z", symptom_class="startup_failure", cause="port_in_use")
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def sidecars(path: Path) -> list[Path]:
+    return [p for p in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")) if p.exists()]
+
+
+def child(code: str, *args: object) -> subprocess.Popen[str]:
+    """A real Python process running ``code`` (with ``sys.argv[1:]`` = args)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+
+
+# ---------------------------------------------------------------- a new runbook
+
+
+def test_new_runbook_schema_wal_and_seeds(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "dir" / "runbook.sqlite3"
+    with Runbook.open(path, create=True) as runbook:
+        assert runbook.entries() == []
+        seeded = runbook.entries(seeds=True)
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert raw.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    raw.close()
+    assert all(e.seed for e in seeded)
+    assert sorted(e.cause for e in seeded) == sorted(CLASSIC_CAUSES)
+    tree = catalog.tree()
+    for e in seeded:
+        assert e.symptom_class in tree.cause(e.cause).classes
+        assert e.evidence and e.fix and e.notes
+    with Runbook.open(path, create=True) as again:
+        assert len(again.entries(seeds=True)) == len(seeded)
+
+
+def test_seeds_are_checked_against_the_tree() -> None:
+    assert len({e.uid for e in seeds("2026-10-02T00:00:00Z")}) == len(CLASSIC_CAUSES)
+
+
+def test_an_empty_file_becomes_a_runbook(tmp_path: Path) -> None:
+    path = tmp_path / "runbook.sqlite3"
+    path.touch()
+    with pytest.raises(UsageError, match="empty"):
+        Runbook.open(path, create=False)
+    assert path.stat().st_size == 0
+    with Runbook.open(path, create=True) as runbook:
+        assert runbook.count(seeds=True) == len(CLASSIC_CAUSES)
+
+
+def test_open_without_create_never_creates(tmp_path: Path) -> None:
+    path = tmp_path / "none" / "runbook.sqlite3"
+    with pytest.raises(UsageError, match="no runbook"):
+        Runbook.open(path, create=False)
+    assert not path.parent.exists()
+
+
+# ---------------------------------------------------------------- entries
+
+
+def test_add_get_list_search_and_matching(tmp_path: Path) -> None:
+    recorded = diagnosed_entry(bundle("019", tmp_path), fix="freed port 8000", outcome="worked: up again")
+    with Runbook.open(tmp_path / "rb.sqlite3", create=True) as runbook:
+        stored = runbook.add(recorded)
+        other = runbook.add(entry("x1", cause="nccl_or_distributed_init", notes="NCCL WARN on host gpu-node-17"))
+        assert stored.id is not None and runbook.get(stored.id) == stored
+        assert dataclasses.replace(stored, id=None) == recorded
+        assert [e.uid for e in runbook.entries()] == [other.uid, stored.uid]  # oldest first
+        assert runbook.with_fingerprint(recorded.fingerprint or "") == [stored]
+        assert [e.uid for e in runbook.with_cause("port_in_use")] == [stored.uid]
+        found = runbook.search("address already in use")
+        assert found[0].uid == stored.uid and any(e.seed for e in found)
+        assert [e.uid for e in runbook.search("gpu-node-17")] == [other.uid]
+        assert runbook.search("no-such-words-anywhere") == []
+        with pytest.raises(UsageError):
+            runbook.search(" ?! ")
+        with pytest.raises(UsageError, match="no runbook entry"):
+            runbook.get(10_000)
+        with pytest.raises(UsageError, match="already"):
+            runbook.add(recorded)
+
+
+def test_every_free_text_field_is_redacted_before_storage(tmp_path: Path) -> None:
+    leaky = entry(
+        "leak",
+        evidence=(f"logs/server.log:3: export HF_TOKEN={SECRET}",),
+        config={"model": "m", "env.HF_TOKEN": "short-but-secret", "env.OPENAI_API_KEY": "abc"},
+        gpu=f"A100 {SECRET}",
+        fix=f"rotated {SECRET}\nand restarted with --api-key sk-{'k' * 24}",
+        outcome=f"worked: {SECRET}",
+        notes=f"curl https://admin:hunter2pass@host/ with Authorization: Bearer {'t' * 20}",
+        origin=f"/incidents/{SECRET}",
+        engine_version=SECRET,
+    )
+    path = tmp_path / "rb.sqlite3"
+    with Runbook.open(path, create=True) as runbook:
+        stored = runbook.add(leaky)
+    for secret in (SECRET, "short-but-secret", "hunter2pass", "k" * 24, "t" * 20):
+        assert secret.encode() not in path.read_bytes()
+        assert secret not in repr(stored)
+    assert stored.config["model"] == "m" and stored.config["env.HF_TOKEN"].startswith("<redacted:")
+    assert stored.fix is not None and stored.fix.startswith("rotated <redacted:hf_token:1>\n")
+    assert stored.worked is True
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "rb.sqlite3"
+    Runbook.open(path, create=True).close()
+    raw = sqlite3.connect(path)
+    raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    raw.close()
+    with pytest.raises(UsageError, match="newer"):
+        Runbook.open(path, create=True)
+
+
+# ---------------------------------------------------------------- files that are not runbooks
+
+
+def test_random_bytes_are_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "rb.sqlite3"
+    path.write_bytes(os.urandom(8192))
+    before = digest(path)
+    for create in (True, False):
+        with pytest.raises(UnavailableError, match="not a SQLite database"):
+            Runbook.open(path, create=create)
+    assert digest(path) == before and sidecars(path) == []
+
+
+def test_another_applications_database_is_refused_and_not_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    raw.execute("INSERT INTO users (name) VALUES ('ada')")
+    raw.commit()
+    raw.close()
+    before = digest(path)
+    for create in (True, False):
+        with pytest.raises(UsageError, match=r"another application \(tables: users\)"):
+            Runbook.open(path, create=create)
+    assert digest(path) == before
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 0
+    raw.close()
+
+
+def test_another_application_id_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA application_id = 1234")
+    raw.close()
+    with pytest.raises(UsageError, match="application_id 0x4d2"):
+        Runbook.open(path, create=True)
+
+
+def test_a_damaged_runbook_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "rb.sqlite3"
+    with Runbook.open(path, create=True) as runbook:
+        for i in range(50):
+            runbook.add(entry(f"e{i}", notes="x" * 2000))
+    data = bytearray(path.read_bytes())
+    data[4096:] = os.urandom(len(data) - 4096)  # the header survives, every other page is garbage
+    path.write_bytes(bytes(data))
+    before = digest(path)
+    with pytest.raises(UnavailableError, match="is damaged or not a database"), Runbook.open(path, create=True) as rb:
+        rb.entries()
+    assert digest(path) == before
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="directory"):
+        Runbook.open(tmp_path, create=True)
+
+
+# ---------------------------------------------------------------- crashes and concurrent writers
+
+_ADD_IN_A_LOOP = """
+    import sys
+    import time
+    from pathlib import Path
+    from llmtriage.runbook.entry import Entry
+    from llmtriage.runbook.store import Runbook
+    path, name, count, pause_s = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    go = path.with_name("go")
+    print("ready", flush=True)
+    while not go.exists():  # a start line, so that the writers really run at the same time
+        time.sleep(0.005)
+    with Runbook.open(path, create=True) as runbook:
+        for i in range(count):
+            stored = runbook.add(Entry(uid=f"{name}-{i}", recorded_at="2026-10-02T11:22:33Z",
+                                       symptom_class="startup_failure", cause="port_in_use", notes=f"{name} {i}"))
+            print(stored.uid, flush=True)
+            time.sleep(pause_s)  # the time a person or a script takes between two incidents
+"""
+
+
+def started(procs: list[subprocess.Popen[str]], path: Path) -> list[subprocess.Popen[str]]:
+    """Wait until every writer is ready, then let them all go at once."""
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    path.with_name("go").touch()
+    return procs
+
+
+def check_integrity(path: Path) -> None:
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    raw.execute("INSERT INTO incidents_fts (incidents_fts) VALUES ('integrity-check')")
+    raw.close()
+
+
+def test_a_writer_killed_mid_transaction_loses_nothing_committed(tmp_path: Path) -> None:
+    path = tmp_path / "rb.sqlite3"
+    proc = child(
+        _ADD_IN_A_LOOP
+        + """
+    import sqlite3, time
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
+    raw.execute("INSERT INTO incidents (uid, recorded_at, symptom_class, cause, notes) "
+                "VALUES ('half-written', 'x', 'startup_failure', 'port_in_use', 'never committed')")
+    print("in-transaction", flush=True)
+    time.sleep(60)
+    """,
+        path,
+        "committed",
+        20,
+        0,
+    )
+    started([proc], path)
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline().strip() for _ in range(21)]
+    assert lines[-1] == "in-transaction"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    with Runbook.open(path, create=True) as runbook:
+        assert [e.uid for e in runbook.entries()] == lines[:-1]
+        assert runbook.search("never committed") == []
+        runbook.add(entry("after-the-crash"))  # the lock died with the process
+    check_integrity(path)
+
+
+def test_a_writer_killed_at_a_random_moment_loses_nothing_committed(tmp_path: Path) -> None:
+    path = tmp_path / "rb.sqlite3"
+    (proc,) = started([child(_ADD_IN_A_LOOP, path, "loop", 100_000, 0)], path)
+    assert proc.stdout is not None
+    committed = [proc.stdout.readline().strip() for _ in range(30)]
+    proc.send_signal(signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=30)
+    committed += rest.split()
+    with Runbook.open(path, create=True) as runbook:
+        stored = [e.uid for e in runbook.entries()]
+    # Everything reported committed is there; at most the one in flight when it died made it too.
+    assert stored[: len(committed)] == committed and len(stored) - len(committed) <= 1
+    check_integrity(path)
+
+
+def test_concurrent_writers_on_a_new_file_lose_nothing(tmp_path: Path) -> None:
+    """Four processes create the same new runbook and add 50 entries each, all at once."""
+    path = tmp_path / "rb.sqlite3"
+    procs = [child(_ADD_IN_A_LOOP, path, f"writer{n}", 50, 0.001) for n in range(4)]
+    start = time.perf_counter()
+    results = [p.communicate(timeout=120) for p in started(procs, path)]
+    elapsed = time.perf_counter() - start
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in results]
+    with Runbook.open(path, create=False) as runbook:
+        uids = [e.uid for e in runbook.entries()]
+        assert runbook.count(seeds=True) == len(CLASSIC_CAUSES)
+    assert sorted(uids) == sorted(f"writer{n}-{i}" for n in range(4) for i in range(50))
+    check_integrity(path)
+    writers = [uid.split("-")[0] for uid in uids]
+    switches = sum(a != b for a, b in itertools.pairwise(writers))
+    print(f"4 processes x 50 adds on a new runbook: {elapsed:.2f} s, the writer changed {switches} times")
