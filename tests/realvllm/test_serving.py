@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -78,6 +80,48 @@ def test_healthy_under_light_load(pressure_server: VllmCpuServer) -> None:
     after = _scrape(pressure_server)
     result = diagnose(read_evidence(loose=_evidence(pressure_server, [before, after])))
     assert result.symptom_class == "healthy" and result.causes == []
+
+
+def test_capture_of_a_running_server_is_complete(pressure_server: VllmCpuServer, tmp_path: Path) -> None:
+    assert pressure_server.process is not None
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmtriage",
+            "capture",
+            "--pid",
+            str(pressure_server.process.pid),
+            "--metrics-url",
+            pressure_server.url + "/metrics",
+            "--duration",
+            "2s",
+            "--interval",
+            "0.5s",
+            "--out",
+            str(tmp_path),
+            "--label",
+            "real-vllm",
+            "--no-diagnose",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    bundle = Path(proc.stdout.splitlines()[0])
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    status = {s["name"]: s["status"] for s in manifest["sources"]}
+    for source in ("launch.process", "env.process", "logs.process", "metrics", "model.config"):
+        assert status[source] == "ok", (source, manifest["sources"])
+    # No GPU here: NVML and nvidia-smi cannot answer, and the manifest says so instead of faking samples.
+    assert status["gpu.samples"] == "failed"
+    assert "vllm.entrypoints.openai.api_server" in (bundle / "config" / "launch.txt").read_text()
+    assert json.loads((bundle / "config" / "config.json").read_text())["num_hidden_layers"] == 2
+    assert len(list((bundle / "metrics").glob("scrape-*.prom"))) >= 3
+    result = diagnose(read_evidence(bundle))
+    assert result.symptom_class == "healthy"
+    assert result.engine == "vllm" and result.engine_version == "0.32.0"
 
 
 def test_prompt_over_max_model_len_is_rejected_and_diagnosed(pressure_server: VllmCpuServer, tmp_path: Path) -> None:
