@@ -24,8 +24,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmtriage.diagnose.engine import diagnose
 from llmtriage.evidence.bundle import LooseFiles, read_evidence
 from llmtriage.lab.vllm_cpu import SERVED_NAME, VllmCpuServer
+from llmtriage.parse.prom import parse_metrics
 
 from ..conftest import drive
+from ..sim.conftest import start_sim  # noqa: F401 - the fixture, shared
+from ..sim.test_conformance import log_facts, metric_shape
 from .conftest import CACHE, VllmEnv
 
 PRESSURE_ARGS = ("--kv-cache-memory-bytes", "3145728", "--max-model-len", "1024", "--enforce-eager")
@@ -80,6 +83,28 @@ def test_healthy_under_light_load(pressure_server: VllmCpuServer) -> None:
     after = _scrape(pressure_server)
     result = diagnose(read_evidence(loose=_evidence(pressure_server, [before, after])))
     assert result.symptom_class == "healthy" and result.causes == []
+
+
+def test_the_simulator_matches_the_live_server(pressure_server: VllmCpuServer, start_sim) -> None:  # type: ignore[no-untyped-def]
+    """The sim's /metrics families, types, labels and buckets, and its log shapes, against this live real server."""
+    drive(pressure_server.url, [{"prompt": _prompt(30), "max_tokens": 16, "stream": True}] * 4, 2)
+    sim = start_sim("--model", str(pressure_server.model), "--gpu", "L4", "--max-model-len", "1024", "--speed", "100")
+    assert sim.wait_ready()
+    drive(sim.url, [{"prompt": "hello " * 30, "max_tokens": 16, "stream": True}] * 4, 2)
+    real_text, _ = _scrape(pressure_server)
+    sim_text = sim.get("/metrics")[1]
+    real, ours = metric_shape(real_text), metric_shape(sim_text)
+    served = {k: v for k, v in real.items() if k.startswith(("vllm:", "http_"))}
+    assert {k: ours.get(k) for k in served} == served
+    real_snap, _ = parse_metrics(real_text, "real")
+    sim_snap, _ = parse_metrics(sim_text, "sim")
+    for name, hist in real_snap.histograms.items():
+        assert [b for b, _ in sim_snap.histograms[name].buckets] == [b for b, _ in hist.buckets], name
+    sim.stop()
+    real_log = log_facts(pressure_server.log(), "real")
+    sim_log = log_facts(sim.log(), "sim")
+    assert real_log.meta.engine_version == sim_log.meta.engine_version
+    assert real_log.launch_hints.keys() <= sim_log.launch_hints.keys()
 
 
 def test_capture_of_a_running_server_is_complete(pressure_server: VllmCpuServer, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ REAL_LOG = FIXTURES / "vllm-cpu" / "logs" / "startup-ok.log"
 CONFIG_LABELLED = {"vllm:cache_config_info", "python_info"}
 
 
-def _shape(text: str) -> dict[str, tuple[str, frozenset[str]]]:
+def metric_shape(text: str) -> dict[str, tuple[str, frozenset[str]]]:
     shape = {}
     for family in text_string_to_metric_families(text):
         labels = frozenset(k for s in family.samples for k in s.labels if k not in ("le", "quantile"))
@@ -46,8 +46,8 @@ def _served(start_sim) -> RunningSim:  # type: ignore[no-untyped-def]
 
 def test_metric_families_types_and_labels_match_real_vllm(start_sim) -> None:  # type: ignore[no-untyped-def]
     sim = _served(start_sim)
-    real = _shape(REAL_SCRAPE.read_text())
-    ours = _shape(sim.get("/metrics")[1])
+    real = metric_shape(REAL_SCRAPE.read_text())
+    ours = metric_shape(sim.get("/metrics")[1])
     vllm_real = {k: v for k, v in real.items() if k.startswith("vllm:") or k.startswith("http_")}
     vllm_ours = {k: v for k, v in ours.items() if k.startswith("vllm:") or k.startswith("http_")}
     assert set(vllm_ours) == set(vllm_real), (set(vllm_real) - set(vllm_ours), set(vllm_ours) - set(vllm_real))
@@ -66,7 +66,7 @@ def test_histogram_buckets_match_real_vllm(start_sim) -> None:  # type: ignore[n
     assert set(ours.labels["cache_config"]) <= set(real.labels["cache_config"])
 
 
-def _log_facts(text: str, name: str) -> LogFacts:
+def log_facts(text: str, name: str) -> LogFacts:
     facts = LogFacts()
     read_log(io.BytesIO(text.encode()), name, facts)
     return facts
@@ -76,8 +76,8 @@ def test_log_lines_parse_like_the_real_log(start_sim) -> None:  # type: ignore[n
     sim = _served(start_sim)
     time.sleep(0.3)  # one stats line every 10 simulated seconds = 50 ms at speed 200
     sim.stop()  # the real recording ends with a stop too
-    ours = _log_facts(sim.log(), "sim.log")
-    real = _log_facts(REAL_LOG.read_text(), "real.log")
+    ours = log_facts(sim.log(), "sim.log")
+    real = log_facts(REAL_LOG.read_text(), "real.log")
     assert ours.engine == real.engine == "vllm"
     assert ours.meta.engine_version == real.meta.engine_version == "0.32.0"
 
