@@ -61,3 +61,41 @@ def test_wrapper_is_never_the_root_cause() -> None:
     cited = [e.citation.excerpt for c in result.causes for e in c.evidence]
     assert not any("Engine core initialization failed" in x for x in cited)
     assert any("No available memory for the cache blocks" in x for x in cited)
+
+
+def _one_line(text: str):  # type: ignore[no-untyped-def]
+    import io
+
+    from llmtriage.facts import Evidence, LogFacts
+    from llmtriage.parse.logs import read_log
+
+    facts = LogFacts()
+    read_log(io.BytesIO(text.encode()), "excerpt.log", facts)
+    return diagnose(Evidence(origin="excerpt", logs=facts, read=["excerpt.log"]))
+
+
+def test_benign_lines_alone_are_not_failures() -> None:
+    # NCCL's bind chatter and a finished graph capture say nothing is wrong (errors.yaml: harmless).
+    assert _one_line("NCCL WARN Call to bind failed: Address already in use\n").symptom_class == "healthy"
+    assert (
+        _one_line("INFO gpu_model_runner.py] Graph capturing finished in 12 secs, took 0.52 GiB\n").symptom_class
+        == "healthy"
+    )
+
+
+def test_a_wrapper_alone_says_the_root_cause_is_missing() -> None:
+    result = _one_line(
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    )
+    assert (result.symptom_class, result.causes[0].id) == ("startup_failure", "engine_died_root_cause_not_captured")
+
+
+def test_an_oom_naming_another_process_that_holds_most_of_the_gpu() -> None:
+    result = _one_line(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total capacity of 22.04 GiB"
+        " of which 471.69 MiB is free. Process 19239 has 14.26 GiB memory in use. Including non-PyTorch memory, this"
+        " process has 16.63 GiB memory in use. Of the allocated memory 15.03 GiB is allocated by PyTorch, and 1.00 GiB"
+        " is reserved by PyTorch but unallocated.\n"
+    )
+    assert result.symptom_class == "runtime_oom"
+    assert [c.id for c in result.causes[:2]] == ["other_process_holds_memory", "allocator_fragmentation"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from llmtriage import catalog
 from llmtriage.diagnose.model import Evidence
-from llmtriage.diagnose.scene import LIFECYCLE_PHASES, STARTUP_PHASES, Scene
+from llmtriage.diagnose.scene import STARTUP_PHASES, Scene
 from llmtriage.facts import Citation, KernelEvent, LogEvent
 
 
@@ -108,8 +108,8 @@ def server_up(scene: Scene) -> Answer:
         if exhausted is not None:
             return Answer("no", _ev(exhausted, "no memory left for the KV cache"))
         last = scene.last_lifecycle_marker
-        if scene.serving_seen is None and last is not None and last.stage in LIFECYCLE_PHASES:
-            return Answer("no", _ev(last.cite(), f"the log ends during {last.stage} without the server starting"))
+        if scene.serving_seen is None and last is not None and last.stage == "cuda_graph_capture":
+            return Answer("no", _ev(last.cite(), "the log ends during CUDA graph capture without the server starting"))
     if scene.serving_seen is not None:
         return Answer("yes", _ev(scene.serving_seen, "the server answered"))
     return Answer(

@@ -117,6 +117,36 @@ def silent_engine_death(scene: Scene) -> Iterator[Signal]:
     )
 
 
+@rule("startup_failure")
+def wrapper_without_root(scene: Scene) -> Iterator[Signal]:
+    """'Engine core initialization failed' / 'Shard failed to start' with no root error in the excerpt."""
+    if scene.root is None and scene.startup_wrappers:
+        wrapper = scene.startup_wrappers[0]
+        yield signal(
+            "engine_died_root_cause_not_captured",
+            0.5,
+            wrapper.cite(),
+            "a wrapper error: the line that names the cause is printed earlier, outside this excerpt",
+        )
+
+
+@rule("runtime_oom")
+def forward_oom(scene: Scene) -> Iterator[Signal]:
+    """An allocation failed in a forward pass: the batch outgrew what the budget left, whatever else is known."""
+    for event in scene.fatal_errors:
+        if event.family == "oom" and scene.effective_phase(event) == "forward":
+            yield signal("activation_peak", 0.2, event.cite(), "an allocation in the forward pass failed")
+            util = scene.utilization
+            if util is not None and util.value >= scene.t.util_elevated:
+                yield signal(
+                    "gpu_mem_util_too_high",
+                    0.3,
+                    util.citation,
+                    f"gpu-memory-utilization {util.value:g} leaves little room outside the KV budget",
+                )
+            return
+
+
 @rule("request_failure", "runtime_oom", "startup_failure")
 def killed_worker(scene: Scene) -> Iterator[Signal]:
     """A worker killed by a signal; the kernel's OOM killer names host memory."""

@@ -14,6 +14,8 @@ _HARDWARE_FAMILIES = frozenset({"hardware", "kernel"})
 _WORKLOAD_FAMILIES = frozenset({"request", "capacity", "offload", "overload"})
 
 ROOT_WEIGHT = 0.85
+# A signature naming several causes lists the likeliest first.
+NEXT_CAUSE_DISCOUNT = 0.25
 WORKLOAD_WEIGHT = 0.6
 OTHER_WEIGHT = 0.35
 
@@ -25,8 +27,13 @@ def catalog_causes(scene: Scene) -> Iterator[Signal]:
     """The root error's causes weigh most; other errors add weaker, independent support."""
     root = scene.root
     if root is not None and root.family not in _HARDWARE_FAMILIES:
-        for cause in root.causes:
-            yield signal(cause, ROOT_WEIGHT, root.cite(), f"root cause line ({root.signature})")
+        for rank, cause in enumerate(root.causes):
+            yield signal(
+                cause,
+                ROOT_WEIGHT * (1 - NEXT_CAUSE_DISCOUNT * rank),
+                root.cite(),
+                f"root cause line ({root.signature})",
+            )
     seen = {root.signature} if root is not None else set()
     for event in scene.events:
         if event.role != "error" or event.signature in seen or event.family in _HARDWARE_FAMILIES:

@@ -156,12 +156,15 @@ def other_processes(scene: Scene) -> Iterator[Signal]:
             continue
         m = _OTHER_PROCESS.search(event.text)
         if m is not None:
-            size = size_to_gib(m.group("size"))
+            size = size_to_gib(m.group("size")) or 0.0
+            total = scene.memory.total_memory_gib
+            share = min(1.0, size / total) if total else 0.0
             yield signal(
                 "other_process_holds_memory",
-                0.5,
+                0.5 + 0.4 * share,
                 event.cite(),
-                f"process {m.group('pid')} holds {_gib(size or 0)} on the GPU",
+                f"process {m.group('pid')} holds {_gib(size)} on the GPU"
+                + (f" ({share:.0%} of {_gib(total)})" if total else ""),
             )
             break
     processes = scene.gpu.processes
