@@ -19,7 +19,12 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+# Debian packages the tests drive (PACKAGE[:COMMAND]): chromium renders the HTML report in tests/report/;
+# prometheus gives promtool and prometheus to tests/watch/.
+DEBIAN_PACKAGES := chromium prometheus:promtool
+
 dev: $(VENV)/.dev-installed
+	sh scripts/ensure-debian-packages.sh $(DEBIAN_PACKAGES)
 
 demo: install
 	@for bundle in examples/*/; do \

@@ -60,3 +60,6 @@ def vllm_server(vllm_env: VllmEnv, tmp_path: Path) -> Iterator[object]:
     yield make
     for server in started:
         server.stop()
+
+
+from ..sim.conftest import start_sim  # noqa: E402, F401 - the simulator fixture, for side-by-side checks

@@ -27,7 +27,6 @@ from llmtriage.lab.vllm_cpu import SERVED_NAME, VllmCpuServer
 from llmtriage.parse.prom import parse_metrics
 
 from ..conftest import drive
-from ..sim.conftest import start_sim  # noqa: F401 - the fixture, shared
 from ..sim.test_conformance import log_facts, metric_shape
 from .conftest import CACHE, VllmEnv
 

@@ -37,11 +37,18 @@ class StopSignal:
     def __init__(self) -> None:
         self.event = threading.Event()
         self.reason: str | None = None
+        self.finished = False
 
     def set(self, reason: str) -> None:
         """Stop the capture; the first reason given is kept."""
         if not self.event.is_set():
             self.reason = reason
+            self.event.set()
+
+    def finish(self) -> None:
+        """End the sampling window now as planned (not an interruption): the bundle is complete."""
+        if not self.event.is_set():
+            self.finished = True
             self.event.set()
 
     def is_set(self) -> bool:
@@ -99,30 +106,40 @@ def capture(
         report=on_progress or (lambda _: None),
     )
     samplers: list[threading.Thread] = []
+    after_window: list[tuple[Collector, SourceRow]] = []
     for collector_type in COLLECTORS:
         collector = collector_type()
         row = SourceRow(collector.name)
         manifest.sources.append(row)
         skip = collector.skip(plan)
-        if skip is not None or stop.is_set():
+        if skip is not None:
             row.status = Status.skipped
-            row.reason = skip.reason if skip is not None else "the capture was interrupted before it ran"
-            continue
-        if collector.sampled:
+            row.reason = skip.reason
+        elif collector.sampled:
+            if stop.is_set():
+                row.status = Status.skipped
+                row.reason = "the capture was stopped before its sampling began"
+                continue
             thread = threading.Thread(target=_run, args=(collector, ctx, row), name=collector.name, daemon=True)
             thread.start()
             samplers.append(thread)
+        elif samplers:
+            after_window.append((collector, row))
         else:
             _run(collector, ctx, row)
     for thread in samplers:
         while thread.is_alive():
             thread.join(_JOIN_POLL_S)
+    # Logs, kernel messages and the rest are read once the window closes (or is cut short), so they hold
+    # everything that happened while it was sampled; they are bounded, and run even after an interruption.
+    for collector, row in after_window:
+        _run(collector, ctx, row)
     writer.scrub_again()
     ended_s = time.time()
     manifest.ended_at = _iso(ended_s)
     manifest.duration_s = round(ended_s - started_s, 3)
-    manifest.partial = stop.is_set()
-    manifest.interrupted_by = stop.reason
+    manifest.partial = stop.is_set() and not stop.finished
+    manifest.interrupted_by = None if stop.finished else stop.reason
     manifest.redactions = dict(sorted(writer.redactor.counts.items()))
     writer.write_manifest(manifest)
     return CaptureResult(path=writer.finish(), manifest=manifest)

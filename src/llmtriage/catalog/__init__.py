@@ -354,16 +354,17 @@ def metric_map() -> MetricMap:
     data = load_yaml("metrics.yaml")
     specs = []
     for section, kind in (("gauges", "gauge"), ("counters", "counter"), ("histograms", "histogram")):
-        for canonical, spec in data[section].items():
-            specs.append(
-                MetricSpec(
-                    canonical=canonical,
-                    kind=kind,
-                    names=tuple(spec["names"]),
-                    labels=tuple((k, str(v)) for k, v in (spec.get("labels") or {}).items()),
-                    aggregate=spec.get("aggregate", "sum"),
+        for canonical, entry in data[section].items():
+            for spec in entry if isinstance(entry, list) else [entry]:
+                specs.append(
+                    MetricSpec(
+                        canonical=canonical,
+                        kind=kind,
+                        names=tuple(spec["names"]),
+                        labels=tuple((k, str(v)) for k, v in (spec.get("labels") or {}).items()),
+                        aggregate=spec.get("aggregate", "sum"),
+                    )
                 )
-            )
     return MetricMap(
         engine_prefixes=dict(data["engines"]),
         specs=tuple(specs),

@@ -11,7 +11,9 @@ import typer
 
 from llmtriage import __version__, catalog
 from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
+from llmtriage.cli.report import write_report
 from llmtriage.cli.runbook import consult_runbook
+from llmtriage.cli.watch import run_fleet
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.diagnose.model import SCHEMA_VERSION, Diagnosis
 from llmtriage.errors import ExitCode, NothingReadableError, UsageError
@@ -78,12 +80,24 @@ def diagnose(
         typer.Option("--runbook", help="Runbook to consult (default: $LLMTRIAGE_RUNBOOK or the user's, if it exists)."),
     ] = None,
     no_runbook: Annotated[bool, typer.Option("--no-runbook", help="Do not consult the runbook.")] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the incident report, one self-contained HTML page.")
+    ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option("--prometheus", help="Diagnose every instance Prometheus scrapes, over the last --window (5m)."),
+    ] = None,
+    selector: Annotated[
+        str | None, typer.Option("--selector", help="With --prometheus: the instances, e.g. '{job=\"vllm\"}'.")
+    ] = None,
 ) -> None:
     """Diagnose a server from a bundle or loose files: symptom class, path, ranked causes with evidence, fixes.
 
     Exit codes: 0 nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable,
     4 a live server could not be read.
     """
+    if prometheus is not None:
+        run_fleet(prometheus, selector, window, slo, output)
     if bundle is not None and not bundle.is_dir():
         fail(UsageError(f"{bundle}: not a directory", "give a bundle directory, or loose files with --log etc."))
     loose = LooseFiles(
@@ -118,6 +132,8 @@ def diagnose(
     result = run_diagnosis(evidence, thresholds)
     if not no_runbook:
         consult_runbook(result, evidence, runbook)
+    if html is not None:
+        write_report(html, result, evidence, bundle, thresholds)
     _show(result, output)
     raise typer.Exit(int(ExitCode.OK if result.healthy else ExitCode.PROBLEM_FOUND))
 

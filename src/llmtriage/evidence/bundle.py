@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmtriage.bench import result as bench_result
 from llmtriage.facts import (
     Citation,
     Evidence,
@@ -175,6 +176,17 @@ class _Reader:
             self.evidence.model = config
             self.evidence.read.append(self.name(path))
 
+    def bench(self, path: Path) -> None:
+        """A ``llmtriage bench`` result.json: the load test's figures, each cited."""
+        text = self.text(path)
+        if text is None:
+            return
+        figures, problems = bench_result.bench_figures(text, self.name(path))
+        self.evidence.problems.extend(problems)
+        if figures is not None:
+            self.evidence.bench = figures
+            self.evidence.read.append(self.name(path))
+
 
 def _scrape_time(path: Path) -> float | None:
     m = _EPOCH_IN_NAME.search(path.name)
@@ -226,6 +238,9 @@ def _read_bundle(reader: _Reader, root: Path) -> None:
     config_file = root / "config" / "config.json"
     if config_file.is_file():
         reader.model(config_file)
+    bench_file = root / "bench" / "result.json"
+    if bench_file.is_file():
+        reader.bench(bench_file)
     manifest = root / "manifest.json"
     if manifest.is_file():
         _read_manifest(reader, manifest)

@@ -609,6 +609,7 @@ class SimServer:
             self.exit_code = 1
         else:
             self.log.api("[shutdown] API server: shutdown triggered", where="launcher.py:254")
+            self.engine.kill("The server is shutting down.")
         self.log.raw("INFO:     Shutting down")
         self.log.raw("INFO:     Waiting for application shutdown.")
         self.log.raw("INFO:     Application shutdown complete.")

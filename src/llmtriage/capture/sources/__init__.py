@@ -1,7 +1,8 @@
 """The sources of a capture, in the order they run (an explicit list on purpose).
 
 Launch and environment come first, so the secrets they name are known before the logs are read; the sampled
-sources start next and run for the duration while the remaining one-shot sources run beside them.
+sources start next and run for the duration; the remaining one-shot sources run when the window closes, so the
+logs they read cover it.
 """
 
 from __future__ import annotations

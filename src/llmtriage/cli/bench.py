@@ -1,0 +1,342 @@
+"""``llmtriage bench`` (run a load test) and ``llmtriage bench compare A B``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import json
+import math
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, TextIO
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from llmtriage import catalog
+from llmtriage.bench import compare as compare_mod
+from llmtriage.bench import plan, render, result, runner
+from llmtriage.bench.model import Arrival, BenchConfig, Endpoint, PromptLine, RequestClass, RunOutcome
+from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
+from llmtriage.errors import ExitCode, UsageError
+from llmtriage.slo import parse_duration, parse_slo
+
+bench_app = typer.Typer(
+    name="bench",
+    help=(
+        "Load-test an OpenAI-compatible server (streaming): TTFT, TPOT, ITL, E2E, throughput, goodput, errors, "
+        "the server's own figures beside the client's, and warnings when a number can't be trusted. "
+        "`llmtriage bench --base-url URL ...` runs; `llmtriage bench compare A B` compares two results. "
+        "Exit codes: 0 every measured request completed, 1 some failed, 2 usage error, 4 the server could not be "
+        "reached, 130 interrupted (partial results written)."
+    ),
+)
+app.add_typer(bench_app, name="bench")
+
+DEFAULT_PROMPT_CHARS = 1000
+DEFAULT_MAX_TOKENS = 64
+DEFAULT_REQUESTS = 100
+STREAMS_PER_WORKER = 128
+INTERRUPTED_EXIT = 130
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def auto_workers(concurrency: int | None, closed_loop: bool) -> int:
+    """One worker process per 128 concurrent streams (2 for an uncapped open loop), at most one per usable CPU."""
+    wanted = (1 if closed_loop else 2) if concurrency is None else math.ceil(concurrency / STREAMS_PER_WORKER)
+    return max(1, min(wanted, _usable_cpus(), concurrency or wanted))
+
+
+def _warmup(text: str) -> tuple[int, float]:
+    """``--warmup 16`` (requests) or ``--warmup 10s`` (a duration)."""
+    if text.strip().isdigit():
+        return int(text), 0.0
+    return 0, parse_duration(text)
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise UsageError(f"{name} must be > 0")
+
+
+def _classes(mix: list[str], prompt_chars: int | None, max_tokens: int | None) -> tuple[RequestClass, ...]:
+    if mix:
+        if prompt_chars is not None:
+            raise UsageError("--prompt-chars and --mix both set prompt lengths", "give prompt_chars= in each --mix")
+        classes = tuple(plan.parse_mix(m) for m in mix)
+        if len({c.name for c in classes}) != len(classes):
+            raise UsageError("two --mix classes share a name")
+        return classes
+    chars, tokens = prompt_chars or DEFAULT_PROMPT_CHARS, max_tokens or DEFAULT_MAX_TOKENS
+    if chars < 1 or tokens < 1:
+        raise UsageError("--prompt-chars and --max-tokens must be >= 1")
+    return (RequestClass("default", chars, tokens),)
+
+
+def _label(label: str | None) -> str:
+    chosen = label or time.strftime("bench-%Y%m%d-%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", chosen).strip("-.")
+    if not safe:
+        raise UsageError(f"--label {label!r} has nothing usable as a directory name")
+    return safe
+
+
+@bench_app.callback(invoke_without_command=True)
+def bench(
+    ctx: typer.Context,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="The server, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine).")
+    ] = None,
+    endpoint: Annotated[Endpoint, typer.Option("--endpoint", help="chat or completions.")] = Endpoint.completions,
+    model: Annotated[str | None, typer.Option("--model", help="Model name (default: the server's first).")] = None,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token (never written to disk).")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", help="Closed loop: requests kept in flight (default 1). Open loop: a cap."),
+    ] = None,
+    request_rate: Annotated[
+        float | None, typer.Option("--request-rate", help="Open loop: requests per second (instead of a closed loop).")
+    ] = None,
+    arrival: Annotated[Arrival, typer.Option("--arrival", help="Open loop arrivals.")] = Arrival.poisson,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of prompts, mix choices and arrivals.")] = 0,
+    requests: Annotated[
+        int | None,
+        typer.Option("--requests", help=f"Measured requests (default {DEFAULT_REQUESTS} unless --duration)."),
+    ] = None,
+    duration: Annotated[
+        str | None, typer.Option("--duration", help="Send for this long (e.g. 60s); with --requests, whichever first.")
+    ] = None,
+    warmup: Annotated[
+        str, typer.Option("--warmup", help="Unmeasured warmup: a number of requests (16) or a duration (10s).")
+    ] = "0",
+    prompt_chars: Annotated[
+        int | None,
+        typer.Option("--prompt-chars", help=f"Prompt length in characters (default {DEFAULT_PROMPT_CHARS})."),
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", help=f"Output cap per request (default {DEFAULT_MAX_TOKENS}).")
+    ] = None,
+    mix: Annotated[
+        list[str] | None,
+        typer.Option("--mix", help="A request class, repeatable: NAME:prompt_chars=N,max_tokens=N,weight=W."),
+    ] = None,
+    prompts: Annotated[
+        Path | None, typer.Option("--prompts", help='JSONL prompts, one {"prompt": "...", "max_tokens": N} a line.')
+    ] = None,
+    ignore_eos: Annotated[
+        bool, typer.Option("--ignore-eos", help="Ask the server to generate max_tokens every time (vLLM, SGLang).")
+    ] = False,
+    slo: Annotated[
+        str | None, typer.Option("--slo", help="Goodput objectives per request, e.g. ttft=2s,tpot=100ms.")
+    ] = None,
+    label: Annotated[str | None, typer.Option("--label", help="Name of the run (default: bench-DATE-TIME).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Result directory (default benchmarks/<label>/).")] = None,
+    metrics_url: Annotated[
+        str | None, typer.Option("--metrics-url", help="The server's /metrics (default BASE_URL/metrics).")
+    ] = None,
+    scrape: Annotated[
+        bool, typer.Option("--scrape/--no-scrape", help="Read the server's /metrics around the run.")
+    ] = True,
+    scrape_interval: Annotated[
+        str | None, typer.Option("--scrape-interval", help="Also scrape /metrics this often during the run (e.g. 5s).")
+    ] = None,
+    timeout: Annotated[str, typer.Option("--timeout", help="Per-request limit.")] = "300s",
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", help="Client processes (default: one per 128 concurrent streams, at most the CPUs)."),
+    ] = None,
+    explain_metrics: Annotated[
+        bool, typer.Option("--explain-metrics", help="Print what every figure means (and other tools' names); exit.")
+    ] = False,
+    output: Annotated[OutputFormat, typer.Option("--format", help="text, or json (the result.json document).")] = (
+        OutputFormat.text
+    ),
+) -> None:
+    """Run a load test against an OpenAI-compatible streaming server and write result.json + requests.csv."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if explain_metrics:
+        stdout.print(render.build_definitions())
+        return
+    if base_url is None:
+        fail(UsageError("give --base-url", "e.g. llmtriage bench --base-url http://127.0.0.1:8000 --concurrency 8"))
+    for name, value in (("--concurrency", concurrency), ("--request-rate", request_rate), ("--requests", requests)):
+        _positive(name, value)
+    root = plan.server_root(base_url)
+    if api_key and plan.public_url(root) != root:
+        fail(UsageError("--base-url carries credentials and --api-key is set", "give one of them"))
+    duration_s = parse_duration(duration) if duration else None
+    _positive("--duration", duration_s)
+    warmup_requests, warmup_s = _warmup(warmup)
+    interval_s = parse_duration(scrape_interval) if scrape_interval else None
+    _positive("--scrape-interval", interval_s)
+    objectives = parse_slo(slo, catalog.thresholds().slo) if slo else catalog.thresholds().slo
+    if prompts is not None and mix:
+        fail(UsageError("--prompts and --mix both choose prompts", "give one"))
+    if prompts is not None and prompt_chars is not None:
+        fail(UsageError("--prompt-chars has no effect with --prompts"))
+    prompt_lines: tuple[PromptLine, ...] = ()
+    if prompts is not None:
+        try:
+            prompt_lines = plan.read_prompts(prompts.read_text(encoding="utf-8"), str(prompts))
+        except OSError as e:
+            fail(UsageError(f"--prompts {prompts}: {e.strerror or e}"))
+    closed = request_rate is None
+    chosen_workers = workers if workers is not None else auto_workers(concurrency, closed)
+    _positive("--workers", chosen_workers)
+    if chosen_workers > (concurrency or (1 if closed else chosen_workers)):
+        fail(
+            UsageError(
+                f"--workers {chosen_workers} exceeds --concurrency {concurrency or 1}", "each worker holds a share"
+            )
+        )
+    name = _label(label)
+    config = BenchConfig(
+        base_url=root,
+        endpoint=endpoint,
+        model=model,
+        api_key=api_key,
+        concurrency=concurrency if concurrency is not None or not closed else 1,
+        request_rate_per_s=request_rate,
+        arrival=arrival,
+        seed=seed,
+        requests=requests if requests is not None or duration_s is not None else DEFAULT_REQUESTS,
+        duration_s=duration_s,
+        warmup_requests=warmup_requests,
+        warmup_s=warmup_s,
+        classes=_classes(mix or [], prompt_chars, max_tokens),
+        prompts=prompt_lines,
+        prompts_file=None if prompts is None else str(prompts),
+        ignore_eos=ignore_eos,
+        timeout_s=parse_duration(timeout),
+        workers=chosen_workers,
+        label=name,
+        metrics_url=(metrics_url or root + "/metrics") if scrape else None,
+        scrape_interval_s=interval_s,
+        slo_ttft_ms=objectives.ttft_p95_s * 1000.0,
+        slo_tpot_ms=objectives.itl_p95_s * 1000.0,
+    )
+    outcome = _run(config)
+    done = result.build(outcome)
+    directory = out or Path("benchmarks") / name
+    _write(directory, done)
+    if output is OutputFormat.json:
+        print_json(result.to_dict(done))
+    else:
+        stdout.print(render.build(done), highlight=False)
+    stderr.print(f"[dim]wrote {directory / result.RESULT_JSON} and {directory / result.REQUESTS_CSV}[/]")
+    raise typer.Exit(_exit_code(done))
+
+
+def _exit_code(done: result.BenchResult) -> int:
+    s = done.summary
+    if done.outcome.interrupted:
+        return INTERRUPTED_EXIT
+    if s.completed == 0 and s.errors and all(e.kind == "connect" for e in s.errors):
+        return int(ExitCode.UNAVAILABLE)
+    return int(ExitCode.PROBLEM_FOUND if s.failed else ExitCode.OK)
+
+
+def _run(config: BenchConfig) -> RunOutcome:
+    """Run with a live progress bar on stderr; the first Ctrl-C stops the run and keeps what it has."""
+    total = None if config.requests is None else config.requests + config.warmup_requests
+    progress = Progress(
+        TextColumn(f"[bold]{config.label}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=stderr,
+        auto_refresh=False,
+    )
+    task = progress.add_task("bench", total=total, status="")
+
+    def on_progress(counts: runner.Counts) -> None:
+        progress.update(
+            task,
+            completed=counts.done + counts.failed,
+            status=f"ok {counts.done} · failed {counts.failed} · in flight "
+            f"{counts.sent - counts.done - counts.failed} · {counts.output_tokens} tokens",
+        )
+        progress.refresh()
+
+    async def main() -> RunOutcome:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def interrupted() -> None:
+            stop.set()
+            loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C ends the process
+            stderr.print("[yellow]interrupted: stopping, keeping the partial results (Ctrl-C again to quit)[/]")
+
+        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows' loop
+            loop.add_signal_handler(signal.SIGINT, interrupted)
+        return await runner.run(config, stop, on_progress)
+
+    with progress:
+        return asyncio.run(main())
+
+
+def _write(directory: Path, done: result.BenchResult) -> None:
+    """requests.csv, scrapes/*.prom, then result.json, each written whole (temp file, then rename)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        csv_path = directory / result.REQUESTS_CSV
+        with _replacing(csv_path) as f:
+            csv.writer(f).writerows(result.csv_rows(done.outcome.records))
+        scraped = [s for s in done.outcome.scrapes if s.text is not None]
+        if scraped:
+            (directory / "scrapes").mkdir(exist_ok=True)
+        for s in scraped:
+            with _replacing(directory / "scrapes" / f"scrape-{round(s.timestamp_s * 1000)}.prom") as f:
+                f.write(s.text or "")
+        with _replacing(directory / result.RESULT_JSON) as f:
+            f.write(json.dumps(result.to_dict(done), indent=2, ensure_ascii=False) + "\n")
+    except OSError as e:
+        fail(UsageError(f"cannot write results to {directory}: {e.strerror or e}", "choose another --out"))
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[TextIO]:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        yield f
+    tmp.replace(path)
+
+
+def _result_file(path: Path) -> Path:
+    return path / result.RESULT_JSON if path.is_dir() else path
+
+
+@bench_app.command("compare")
+def compare(
+    a: Annotated[Path, typer.Argument(help="The earlier result.json (or its directory).")],
+    b: Annotated[Path, typer.Argument(help="The later result.json (or its directory).")],
+    output: Annotated[OutputFormat, typer.Option("--format", help="text or json.")] = OutputFormat.text,
+) -> None:
+    """Show what changed between two bench results: settings, then every figure with its change."""
+    docs = []
+    for path in (_result_file(a), _result_file(b)):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            fail(UsageError(f"{path}: {e.strerror or e}", "give two result.json files written by `llmtriage bench`"))
+        docs.append(result.load(text, str(path)))
+    comparison = compare_mod.compare(docs[0], docs[1])
+    if output is OutputFormat.json:
+        print_json(compare_mod.to_dict(comparison))
+    else:
+        stdout.print(render.build_comparison(comparison), highlight=False)

