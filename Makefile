@@ -27,10 +27,7 @@ dev: $(VENV)/.dev-installed
 	sh scripts/ensure-debian-packages.sh $(DEBIAN_PACKAGES)
 
 demo: install
-	@for bundle in examples/*/; do \
-		$(BIN)/llmtriage diagnose "$$bundle"; status=$$?; \
-		if [ $$status -gt 1 ]; then exit $$status; fi; \
-	done
+	$(BIN)/llmtriage demo
 
 lint: dev
 	$(BIN)/ruff check src tests benchmarks

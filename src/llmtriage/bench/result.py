@@ -7,12 +7,15 @@ are dropped.
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import dataclasses
 import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from llmtriage import __version__
 from llmtriage.bench.model import RequestRecord, RunOutcome
@@ -263,3 +266,29 @@ def bench_figures(text: str, source: str) -> tuple[BenchFigures | None, list[Pro
         problems.append(Problem(source, "no figures in the summary"))
         return None, problems
     return figures, problems
+
+
+def write(directory: Path, done: BenchResult) -> None:
+    """requests.csv, scrapes/*.prom, then result.json, each written whole (temp file, then rename)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with _replacing(directory / REQUESTS_CSV) as f:
+            csv.writer(f).writerows(csv_rows(done.outcome.records))
+        scraped = [s for s in done.outcome.scrapes if s.text is not None]
+        if scraped:
+            (directory / "scrapes").mkdir(exist_ok=True)
+        for s in scraped:
+            with _replacing(directory / "scrapes" / f"scrape-{round(s.timestamp_s * 1000)}.prom") as f:
+                f.write(s.text or "")
+        with _replacing(directory / RESULT_JSON) as f:
+            f.write(json.dumps(to_dict(done), indent=2, ensure_ascii=False) + "\n")
+    except OSError as e:
+        raise UsageError(f"cannot write results to {directory}: {e.strerror or e}", "choose another --out") from e
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[TextIO]:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        yield f
+    tmp.replace(path)

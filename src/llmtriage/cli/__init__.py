@@ -11,6 +11,7 @@ from llmtriage.cli import bench as _bench
 from llmtriage.cli import capture as _capture
 from llmtriage.cli import diagnose as _diagnose
 from llmtriage.cli import fit as _fit
+from llmtriage.cli import lab as _lab
 from llmtriage.cli import report as _report
 from llmtriage.cli import runbook as _runbook
 from llmtriage.cli import sim as _sim
@@ -19,7 +20,7 @@ from llmtriage.cli.app import app, fail, stderr
 from llmtriage.errors import ExitCode, LlmtriageError
 
 # Each module above registers its commands on `app`; the list is explicit on purpose.
-COMMAND_MODULES = (_diagnose, _sim, _runbook, _fit, _capture, _bench, _report, _watch)
+COMMAND_MODULES = (_diagnose, _sim, _runbook, _fit, _capture, _bench, _report, _watch, _lab)
 
 
 def main() -> None:

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import csv
-import json
 import math
 import os
 import re
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -232,7 +229,10 @@ def bench(
     outcome = _run(config)
     done = result.build(outcome)
     directory = out or Path("benchmarks") / name
-    _write(directory, done)
+    try:
+        result.write(directory, done)
+    except UsageError as e:
+        fail(e)
     if output is OutputFormat.json:
         print_json(result.to_dict(done))
     else:
@@ -288,33 +288,6 @@ def _run(config: BenchConfig) -> RunOutcome:
 
     with progress:
         return asyncio.run(main())
-
-
-def _write(directory: Path, done: result.BenchResult) -> None:
-    """requests.csv, scrapes/*.prom, then result.json, each written whole (temp file, then rename)."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        csv_path = directory / result.REQUESTS_CSV
-        with _replacing(csv_path) as f:
-            csv.writer(f).writerows(result.csv_rows(done.outcome.records))
-        scraped = [s for s in done.outcome.scrapes if s.text is not None]
-        if scraped:
-            (directory / "scrapes").mkdir(exist_ok=True)
-        for s in scraped:
-            with _replacing(directory / "scrapes" / f"scrape-{round(s.timestamp_s * 1000)}.prom") as f:
-                f.write(s.text or "")
-        with _replacing(directory / result.RESULT_JSON) as f:
-            f.write(json.dumps(result.to_dict(done), indent=2, ensure_ascii=False) + "\n")
-    except OSError as e:
-        fail(UsageError(f"cannot write results to {directory}: {e.strerror or e}", "choose another --out"))
-
-
-@contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[TextIO]:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as f:
-        yield f
-    tmp.replace(path)
 
 
 def _result_file(path: Path) -> Path:

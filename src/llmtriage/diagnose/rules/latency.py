@@ -45,9 +45,22 @@ def prefill_jam(scene: Scene) -> Iterator[Signal]:
     """Long prompts with a short queue; prefill time dominating TTFT; very long prompts in flight."""
     t = scene.t
     prompt = scene.histogram_quantile("prompt_tokens_per_request", 0.95)
+    tail = scene.histogram_quantile("prompt_tokens_per_request", 0.99)
+    median = scene.histogram_quantile("prompt_tokens_per_request", 0.5)
     waiting = scene.peak_waiting
     short_queue = waiting is None or waiting.value < t.waiting_queue
-    if prompt is not None and prompt.value >= t.long_prompt_tokens and short_queue:
+    if (
+        tail is not None
+        and median is not None
+        and tail.value >= max(t.long_prompt_tokens, t.prompt_mix_ratio * median.value)
+    ):
+        yield signal(
+            "prefill_congestion",
+            0.5,
+            tail.citation,
+            f"prompt p99 {tail.value:,.0f} tokens, median {median.value:,.0f}: long prompts among short ones",
+        )
+    elif prompt is not None and prompt.value >= t.long_prompt_tokens and short_queue:
         yield signal("prefill_congestion", 0.5, prompt.citation, f"prompt p95 {prompt.value:,.0f} tokens, queue short")
     prefill = scene.histogram_mean("prefill_seconds")
     ttft = scene.histogram_mean("ttft_seconds")
@@ -103,14 +116,17 @@ def kv_pressure(scene: Scene) -> Iterator[Signal]:
     if preemptions is not None and preemptions.value > 0:
         yield signal("kv_pressure_preemption", 0.5, preemptions.citation, f"{preemptions.value:g} preemptions")
     capacity_wait = scene.gauge_peak("waiting_for_capacity")
-    if capacity_wait is not None and capacity_wait.value > 0:
+    kv = scene.peak_kv_usage
+    kv_tight = (preemptions is not None and preemptions.value > 0) or (kv is not None and kv.value >= t.kv_usage_high)
+    # vLLM counts every request the scheduler could not admit as waiting for capacity (token budget too);
+    # it is KV pressure only when the KV cache is what ran out.
+    if capacity_wait is not None and capacity_wait.value > 0 and kv_tight:
         yield signal(
             "kv_pressure_preemption",
             0.4,
             capacity_wait.citation,
             f"{capacity_wait.value:g} requests waiting for KV capacity",
         )
-    kv = scene.peak_kv_usage
     if kv is not None and kv.value >= t.kv_usage_high:
         yield signal("kv_pressure_preemption", 0.3, kv.citation, f"KV cache usage reached {kv.value:.0%}")
     crowded = [p for p in scene.log.stats if (p.waiting or 0) > 0 and (p.kv_usage_ratio or 0) >= t.kv_usage_high]
@@ -162,7 +178,7 @@ def neighbours(scene: Scene) -> Iterator[Signal]:
 # ---------------------------------------------------------------- generation
 
 
-@rule("slow_generation")
+@rule("slow_generation", "slow_ttft")
 def throttling(scene: Scene) -> Iterator[Signal]:
     """Clocks held down by power or heat while the GPU works."""
     t = scene.t

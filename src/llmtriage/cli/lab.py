@@ -1,0 +1,119 @@
+"""``llmtriage lab``, ``demo`` and ``serve``: reproduce the classic faults, record everything, then stop."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmtriage.cli.app import app, fail, stderr, stdout
+from llmtriage.errors import ExitCode, UsageError
+from llmtriage.lab import docker
+from llmtriage.lab.run import Outcome, make_target, run_scenario
+from llmtriage.lab.scenarios import SCENARIOS, scenario
+
+DEMO_SCENARIOS = ("startup-oom", "runtime-oom", "prefill-jam")
+
+
+def _print(outcome: Outcome) -> None:
+    if outcome.status == "skipped":
+        stdout.print(f"[yellow]skipped[/] {outcome.scenario} on {outcome.target}: {outcome.reason}", highlight=False)
+        return
+    mark = "[green]matched[/]" if outcome.status == "matched" else "[red]mismatched[/]"
+    confidence = f" ({outcome.confidence:.2f})" if outcome.confidence is not None else ""
+    stdout.print(
+        f"{mark} {outcome.scenario} on {outcome.target} in {outcome.seconds:.0f} s\n"
+        f"  expected  {outcome.expected_class} / {' or '.join(outcome.expected_causes)}\n"
+        f"  observed  {outcome.observed_class} / {outcome.observed_cause or '-'}{confidence}\n"
+        f"  report    {outcome.folder}/report.html  (summary.md, diagnosis.json, bundle-*/)",
+        highlight=False,
+    )
+
+
+def _run(names: list[str], target_name: str, out: Path, speed: float, model: str) -> list[Outcome]:
+    target = make_target(target_name, Path(".cache").resolve(), speed, model)
+    outcomes = []
+    for name in names:
+        outcome = run_scenario(scenario(name), target, out, progress=lambda m: stderr.print(f"[dim]{m}[/]"))
+        _print(outcome)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _exit(outcomes: list[Outcome]) -> None:
+    if any(o.status == "mismatched" for o in outcomes):
+        raise typer.Exit(int(ExitCode.PROBLEM_FOUND))
+    raise typer.Exit(int(ExitCode.OK))
+
+
+@app.command()
+def lab(
+    which: Annotated[str, typer.Argument(help="startup-oom | runtime-oom | prefill-jam | throttle | all")],
+    target: Annotated[
+        str, typer.Option(help="sim (built in), vllm-cpu (a real vLLM on the CPU), docker (GPU host), or a server URL.")
+    ] = "sim",
+    out: Annotated[Path, typer.Option(help="One folder per scenario is written here.")] = Path("benchmarks/gpu/oom"),
+    speed: Annotated[float, typer.Option(help="Simulated seconds per wall second (target sim).")] = 20.0,
+    model: Annotated[str, typer.Option(help="Model for the docker target.")] = "Qwen/Qwen2.5-7B-Instruct",
+) -> None:
+    """Reproduce a classic fault end to end: start the server(s), drive load with bench while capture records,
+    diagnose, write expected vs observed (summary.md), then stop what was started.
+
+    Exit codes: 0 every scenario run matched its expectation (skipped ones are listed), 1 one did not, 2 usage.
+    """
+    names = [s.name for s in SCENARIOS] if which == "all" else [which]
+    for name in names:
+        try:
+            scenario(name)
+        except KeyError:
+            fail(UsageError(f"unknown scenario {name!r}", f"one of {', '.join(s.name for s in SCENARIOS)}, all"))
+    _exit(_run(names, target, out, speed, model))
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Where the three scenario folders go.")] = Path("llmtriage-demo"),
+) -> None:
+    """The lab on the built-in simulator, end to end (no GPU, no network): startup OOM, runtime OOM and a
+    prefill jam, each diagnosed, with where its report is."""
+    started = time.monotonic()
+    stdout.print("[bold]llmtriage demo[/]: three classic faults on the simulator, recorded and diagnosed\n")
+    outcomes = _run(list(DEMO_SCENARIOS), "sim", out, 20.0, "")
+    stdout.print(f"\n{sum(o.status == 'matched' for o in outcomes)} of {len(outcomes)} diagnosed as expected "
+                 f"in {time.monotonic() - started:.0f} s; open the reports under {out}/")  # fmt: skip
+    _exit(outcomes)
+
+
+@app.command()
+def serve(
+    model: Annotated[str, typer.Option(help="Model id or path inside the container.")] = "Qwen/Qwen2.5-7B-Instruct",
+    gpu_mem_util: Annotated[float, typer.Option(help="--gpu-memory-utilization")] = 0.9,
+    max_num_seqs: Annotated[int | None, typer.Option(help="--max-num-seqs")] = None,
+    max_model_len: Annotated[int | None, typer.Option(help="--max-model-len")] = None,
+    port: Annotated[int, typer.Option(help="Host port.")] = 8000,
+    name: Annotated[str, typer.Option(help="Container name.")] = "vllm",
+    image: Annotated[str, typer.Option(help="Image.")] = docker.DEFAULT_IMAGE,
+    run: Annotated[bool, typer.Option("--run", help="Run it (needs a Docker engine); default: print it.")] = False,
+    stop: Annotated[bool, typer.Option("--stop", help="Stop and remove the container instead.")] = False,
+) -> None:
+    """Print (or, with --run where a Docker engine exists, run) the `docker run vllm/vllm-openai` command."""
+    if not 0 < gpu_mem_util <= 1:
+        fail(UsageError("--gpu-mem-util must be in (0, 1]"))
+    flags = ["--gpu-memory-utilization", f"{gpu_mem_util:g}"]
+    if max_num_seqs is not None:
+        flags += ["--max-num-seqs", str(max_num_seqs)]
+    if max_model_len is not None:
+        flags += ["--max-model-len", str(max_model_len)]
+    argv = docker.stop_command(name) if stop else docker.run_command(model, port, name, flags, image)
+    stdout.print(docker.shell(argv), highlight=False, soft_wrap=True)
+    if not (run or stop):
+        return
+    problem = docker.docker_engine_problem()
+    if problem is not None:
+        fail(UsageError(f"cannot run it here: {problem}", "run the printed command on a GPU host with Docker"))
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=docker.DOCKER_TIMEOUT_S)
+    stderr.print(done.stdout.strip() or done.stderr.strip())
+    raise typer.Exit(0 if done.returncode == 0 else int(ExitCode.UNAVAILABLE))

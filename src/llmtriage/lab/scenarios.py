@@ -1,0 +1,223 @@
+"""The classic faults the lab reproduces, per kind of target: the servers to start (vLLM's flags), the load to
+drive, and the diagnosis expected. Data, not code: a new scenario is one more entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmtriage.bench.model import RequestClass
+from llmtriage.lab.targets import ServerSettings
+
+
+@dataclass(frozen=True, slots=True)
+class LoadShape:
+    """What `llmtriage bench` sends (closed loop)."""
+
+    concurrency: int
+    requests: int
+    classes: tuple[RequestClass, ...]
+    ignore_eos: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """The diagnosis the scenario should produce: the class, and any of these causes ranked first."""
+
+    symptom_class: str
+    causes: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A scenario on one kind of target.
+
+    ``servers`` start in order; every one but the last must come up (a memory holder, say). With
+    ``holder_memory``, the last one is told how much memory the first holds (the simulator's
+    ``other-process`` fault: separate simulator processes share no GPU).
+    """
+
+    servers: tuple[ServerSettings, ...]
+    expected: Expected
+    load: LoadShape | None = None
+    slo: str | None = None
+    holder_memory: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One classic fault."""
+
+    name: str
+    title: str
+    plans: dict[str, Plan] = field(default_factory=dict)
+    cannot_show: dict[str, str] = field(default_factory=dict)
+
+    def plan_for(self, target: str) -> Plan | None:
+        """The plan for a target kind ('sim', 'vllm-cpu', 'docker', 'url'); None when it cannot show it."""
+        return self.plans.get(target) or (self.plans.get("gpu") if target in ("docker", "url") else None)
+
+
+_8B_H100 = ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192")
+_LONG_PROMPTS = (RequestClass("long", 12000, 64, 1.0),)
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="startup-oom",
+        title="Startup OOM: a second instance on a GPU another process already holds",
+        plans={
+            "sim": Plan(
+                servers=(
+                    ServerSettings(flags=("--gpu-memory-utilization", "0.9"), sim_flags=(*_8B_H100, "--gpu", "H100")),
+                    ServerSettings(flags=("--gpu-memory-utilization", "0.9"), sim_flags=(*_8B_H100, "--gpu", "H100")),
+                ),
+                holder_memory=True,
+                expected=Expected("startup_oom", ("other_process_holds_memory",)),
+            ),
+            "gpu": Plan(
+                servers=(
+                    ServerSettings(flags=("--gpu-memory-utilization", "0.9")),
+                    ServerSettings(flags=("--gpu-memory-utilization", "0.9")),
+                ),
+                expected=Expected("startup_oom", ("other_process_holds_memory",)),
+            ),
+            "vllm-cpu": Plan(
+                servers=(
+                    ServerSettings(
+                        vllm_cpu_flags=("--kv-cache-memory-bytes", "1M", "--enforce-eager"), kv_cache_space_gib=None
+                    ),
+                ),
+                expected=Expected(
+                    "startup_oom",
+                    ("kv_cache_too_small_for_max_model_len",),
+                    "a CPU backend shows the KV cache check, not a GPU memory holder",
+                ),
+            ),
+        },
+    ),
+    Scenario(
+        name="runtime-oom",
+        title="Runtime OOM: high max-num-seqs with long concurrent prompts",
+        plans={
+            "sim": Plan(
+                servers=(
+                    ServerSettings(
+                        flags=("--gpu-memory-utilization", "0.97", "--max-num-seqs", "512"),
+                        sim_flags=(*_8B_H100, "--gpu", "H100", "--fault", "runtime-oom:running=96"),
+                    ),
+                ),
+                load=LoadShape(concurrency=128, requests=256, classes=_LONG_PROMPTS),
+                expected=Expected(
+                    "runtime_oom",
+                    ("concurrency_exceeds_kv_pool", "gpu_mem_util_too_high"),
+                    "the simulator's runtime-oom fault stands for the OOM real servers hit at 0.97 with many long requests",
+                ),
+            ),
+            "gpu": Plan(
+                servers=(ServerSettings(flags=("--gpu-memory-utilization", "0.97", "--max-num-seqs", "512")),),
+                load=LoadShape(concurrency=128, requests=256, classes=_LONG_PROMPTS),
+                expected=Expected("runtime_oom", ("concurrency_exceeds_kv_pool", "gpu_mem_util_too_high")),
+            ),
+            "vllm-cpu": Plan(
+                servers=(
+                    ServerSettings(
+                        vllm_cpu_flags=(
+                            "--kv-cache-memory-bytes",
+                            "3145728",
+                            "--max-model-len",
+                            "1024",
+                            "--enforce-eager",
+                        ),
+                        kv_cache_space_gib=None,
+                    ),
+                ),
+                load=LoadShape(concurrency=32, requests=64, classes=(RequestClass("long", 1800, 400, 1.0),)),
+                expected=Expected(
+                    "slow_ttft",
+                    ("kv_pressure_preemption",),
+                    "the boundary: vLLM's scheduler queues and preempts instead of running out of memory",
+                ),
+            ),
+        },
+    ),
+    Scenario(
+        name="prefill-jam",
+        title="Prefill jam: long prompts mixed with short ones",
+        plans={
+            "sim": Plan(
+                servers=(
+                    ServerSettings(
+                        flags=(
+                            "--max-model-len",
+                            "32768",
+                            "--no-enable-chunked-prefill",
+                            "--max-num-batched-tokens",
+                            "32768",
+                        ),
+                        sim_flags=("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L40S"),
+                    ),
+                ),
+                load=LoadShape(
+                    concurrency=12,
+                    requests=48,
+                    classes=(RequestClass("long", 120000, 16, 1.0), RequestClass("short", 800, 32, 7.0)),
+                ),
+                expected=Expected("slow_ttft", ("prefill_congestion",)),
+            ),
+            "gpu": Plan(
+                servers=(ServerSettings(flags=("--max-num-batched-tokens", "32768", "--no-enable-chunked-prefill")),),
+                load=LoadShape(
+                    concurrency=12,
+                    requests=48,
+                    classes=(RequestClass("long", 120000, 16, 1.0), RequestClass("short", 800, 32, 7.0)),
+                ),
+                expected=Expected("slow_ttft", ("prefill_congestion",)),
+            ),
+            "vllm-cpu": Plan(
+                servers=(ServerSettings(vllm_cpu_flags=("--max-model-len", "2048", "--enforce-eager")),),
+                load=LoadShape(
+                    concurrency=8,
+                    requests=48,
+                    classes=(RequestClass("long", 7000, 16, 1.0), RequestClass("short", 200, 32, 3.0)),
+                ),
+                slo="ttft_p95=150ms",
+                expected=Expected("slow_ttft", ("prefill_congestion",), "the tiny model's TTFT SLO is scaled down"),
+            ),
+        },
+    ),
+    Scenario(
+        name="throttle",
+        title="Thermal throttling: clocks held down while the GPU works",
+        plans={
+            "sim": Plan(
+                servers=(
+                    ServerSettings(
+                        flags=("--max-model-len", "8192"),
+                        sim_flags=(
+                            "--model",
+                            "Qwen/Qwen2.5-14B-Instruct",
+                            "--gpu",
+                            "L40S",
+                            "--fault",
+                            "throttle:kind=thermal,clock=0.5",
+                        ),
+                    ),
+                ),
+                load=LoadShape(concurrency=4, requests=12, classes=(RequestClass("chat", 400, 300, 1.0),)),
+                expected=Expected("slow_generation", ("power_thermal_throttling",)),
+            ),
+        },
+        cannot_show={
+            "vllm-cpu": "a CPU has no GPU clocks or clocks event reasons to throttle",
+            "gpu": "throttling cannot be provoked from software; watch a real GPU under load instead",
+        },
+    ),
+)
+
+
+def scenario(name: str) -> Scenario:
+    """The scenario called ``name``."""
+    for s in SCENARIOS:
+        if s.name == name:
+            return s
+    raise KeyError(name)
