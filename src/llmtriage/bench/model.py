@@ -166,6 +166,14 @@ class RequestRecord:
             return None
         return (e2e - ttft) / (tokens - 1)
 
+    @property
+    def arrived_in_one_piece(self) -> bool:
+        """Every token event came in one read: the response was buffered somewhere, TTFT is its whole time."""
+        return self.ok and self.output_tokens_client >= ONE_PIECE_MIN_EVENTS and not any(self.itl_ms)
+
+
+ONE_PIECE_MIN_EVENTS = 4
+"""Fewer token events than this can share a read by chance; more, all at once, means the stream was held."""
 
 INTERRUPTED = "interrupted"
 """The ``error_kind`` of a request cut short by Ctrl-C: not the server's fault, kept apart from errors."""

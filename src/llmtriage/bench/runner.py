@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 
+from llmtriage import aio
 from llmtriage.bench.client import error_message, send, wire_trace
 from llmtriage.bench.model import INTERRUPTED, BenchConfig, RawScrape, RequestRecord, RunOutcome, WorkerReport
 from llmtriage.bench.plan import RequestFactory, arrival_offsets_s, public_url, share
@@ -325,7 +326,7 @@ async def drive(
 def _worker_process(conn: Connection, config: BenchConfig, worker: int, workers: int) -> None:
     """A worker process: Ctrl-C goes to the parent only, which tells the workers to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    asyncio.run(_worker_main(conn, config, worker, workers))
+    aio.run(_worker_main(conn, config, worker, workers))
 
 
 async def _worker_main(conn: Connection, config: BenchConfig, worker: int, workers: int) -> None:
@@ -347,7 +348,7 @@ async def _worker_main(conn: Connection, config: BenchConfig, worker: int, worke
             if not go.done():
                 go.set_result(None)
 
-    loop.add_reader(conn.fileno(), readable)
+    aio.watch_connection(loop, conn, readable)
     conn.send(("ready",))
     origin = await go
     if origin is None:
@@ -412,7 +413,7 @@ async def _run_workers(
         process.start()
         child_end.close()
         link = _Link(worker, process, parent_end, loop.create_future(), loop.create_future())
-        loop.add_reader(parent_end.fileno(), readable, link)
+        aio.watch_connection(loop, parent_end, readable, link)
         links.append(link)
     try:
         try:

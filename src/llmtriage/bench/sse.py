@@ -1,6 +1,7 @@
 """Server-sent events of an OpenAI-compatible stream -> token times, usage, finish, errors. Pure; never raises.
 
-A token is any event that carries output: completion ``text``, or a chat ``delta`` with ``content``,
+A token is any event that carries output: a completion ``text`` (an empty one too, unless the event only
+finishes the stream: the server held back a partial character), or a chat ``delta`` with ``content``,
 ``reasoning_content``/``reasoning``, ``tool_calls`` or ``function_call``. The empty role chunk
 (``{"role": "assistant", "content": ""}``) and finish-only or usage-only events are not tokens.
 
@@ -117,7 +118,11 @@ class StreamParser:
             return
         choices = obj.get("choices")
         if choices and isinstance(choices, list) and isinstance(choice := choices[0], dict):
-            token = bool(choice.get("text"))
+            reason = choice.get("finish_reason")
+            text = choice.get("text")
+            # An empty text before the finish is still a generated token: the detokenizer holds back a
+            # partial UTF-8 sequence or a special token. Only the finish-only chunk carries no token.
+            token = isinstance(text, str) and (bool(text) or reason is None)
             if not token and isinstance(delta := choice.get("delta"), dict):
                 token = bool(
                     delta.get("content")
@@ -126,7 +131,7 @@ class StreamParser:
                     or delta.get("tool_calls")
                     or delta.get("function_call")
                 )
-            if (reason := choice.get("finish_reason")) and isinstance(reason, str):
+            if reason and isinstance(reason, str):
                 self.finish_reason = reason
             if token:
                 if self.last_token_s is None:

@@ -310,6 +310,14 @@ def _warnings(s: Summary, outcome: RunOutcome, done: list[RequestRecord]) -> Ite
             f"{short} of {len(done)} requests returned fewer tokens than max_tokens ({why}): TPOT and token "
             "throughput describe shorter outputs than asked, and runs with different outputs don't compare",
         )
+    whole = sum(1 for r in done if r.arrived_in_one_piece)
+    if whole:
+        yield BenchWarning(
+            "buffered_responses",
+            f"{whole} of {len(done)} responses arrived in one piece (every token in one read): something between "
+            "the engine and the client held the stream (a buffering proxy, or a starved API server); their TTFT "
+            "is their whole response time",
+        )
     if s.requests_with_usage == 0:
         yield BenchWarning(
             "no_usage",

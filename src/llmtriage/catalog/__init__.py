@@ -456,6 +456,7 @@ class Thresholds:
     decode_slow_tokens_per_s: float
     long_prompt_tokens: float
     very_long_prompt_tokens: float
+    long_prompt_context_share: float
     prompt_mix_ratio: float
     huge_prefill_tokens: float
     queue_share: float

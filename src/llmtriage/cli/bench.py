@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llmtriage import catalog
+from llmtriage import aio, catalog
 from llmtriage.bench import compare as compare_mod
 from llmtriage.bench import plan, render, result, runner
 from llmtriage.bench.model import Arrival, BenchConfig, Endpoint, PromptLine, RequestClass, RunOutcome
@@ -287,7 +287,7 @@ def _run(config: BenchConfig) -> RunOutcome:
         return await runner.run(config, stop, on_progress)
 
     with progress:
-        return asyncio.run(main())
+        return aio.run(main())
 
 
 def _result_file(path: Path) -> Path:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from llmtriage import aio
 from llmtriage.capacity import resolve_gpu, resolve_model
 from llmtriage.cli.app import app
 from llmtriage.errors import UsageError
@@ -117,5 +117,5 @@ def sim(
         startup_seconds=startup_seconds,
         non_default_args=non_default,
     )
-    code = asyncio.run(SimServer(config).serve())
+    code = aio.run(SimServer(config).serve())
     raise typer.Exit(code)

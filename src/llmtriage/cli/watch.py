@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from llmtriage import catalog
+from llmtriage import aio, catalog
 from llmtriage.catalog import Thresholds
 from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
 from llmtriage.errors import ExitCode, UnavailableError, UsageError
@@ -152,7 +152,7 @@ def watch(
         db_path=db,
         duration_s=parse_duration(duration) if duration else None,
     )
-    state = asyncio.run(_watch(config))
+    state = aio.run(_watch(config))
     for incident in state.incidents:
         kinds = ", ".join(incident.kinds)
         cause = ""

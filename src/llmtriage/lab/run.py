@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmtriage import catalog
+from llmtriage import aio, catalog
 from llmtriage.bench import result as bench_result
 from llmtriage.bench import runner as bench_runner
 from llmtriage.bench.model import BenchConfig
@@ -214,7 +214,7 @@ def _bench(url: str, plan: Plan, label: str) -> bench_result.BenchResult:
         slo_ttft_ms=slo.ttft_p95_s * 1000.0,
         slo_tpot_ms=slo.itl_p95_s * 1000.0,
     )
-    outcome = asyncio.run(bench_runner.run(config, asyncio.Event()))
+    outcome = aio.run(bench_runner.run(config, asyncio.Event()))
     return bench_result.build(outcome)
 
 

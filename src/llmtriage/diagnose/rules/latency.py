@@ -49,18 +49,17 @@ def prefill_jam(scene: Scene) -> Iterator[Signal]:
     median = scene.histogram_quantile("prompt_tokens_per_request", 0.5)
     waiting = scene.peak_waiting
     short_queue = waiting is None or waiting.value < t.waiting_queue
-    if (
-        tail is not None
-        and median is not None
-        and tail.value >= max(t.long_prompt_tokens, t.prompt_mix_ratio * median.value)
-    ):
+    long = t.long_prompt_tokens
+    if (limit := scene.max_model_len) is not None:
+        long = min(long, t.long_prompt_context_share * limit.value)
+    if tail is not None and median is not None and tail.value >= max(long, t.prompt_mix_ratio * median.value):
         yield signal(
             "prefill_congestion",
             0.5,
             tail.citation,
             f"prompt p99 {tail.value:,.0f} tokens, median {median.value:,.0f}: long prompts among short ones",
         )
-    elif prompt is not None and prompt.value >= t.long_prompt_tokens and short_queue:
+    elif prompt is not None and prompt.value >= long and short_queue:
         yield signal("prefill_congestion", 0.5, prompt.citation, f"prompt p95 {prompt.value:,.0f} tokens, queue short")
     prefill = scene.histogram_mean("prefill_seconds")
     ttft = scene.histogram_mean("ttft_seconds")

@@ -43,7 +43,7 @@ def long_prompts(scene: Scene) -> Iterator[Signal]:
     limit = scene.max_model_len
     if p95 is None:
         return
-    long = scene.t.long_prompt_tokens if limit is None else 0.5 * limit.value
+    long = scene.t.long_prompt_tokens if limit is None else scene.t.long_prompt_context_share * limit.value
     if p95.value >= long:
         yield signal("long_prompt_surge", 0.5, p95.citation, f"prompt p95 {p95.value:,.0f} tokens")
 
