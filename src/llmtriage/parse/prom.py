@@ -52,33 +52,53 @@ def _samples(text: str, source: str, problems: list[Problem]) -> list[_Sample]:
     return samples
 
 
+Entry = tuple[dict[str, str], float, float | None]
+"""One sample: its labels, its value, and its bucket bound (``le``) when it is a histogram bucket."""
+
+
 def parse_metrics(text: str, source: str, timestamp_s: float | None = None) -> tuple[MetricSnapshot, list[Problem]]:
     """Parse one scrape into a normalised snapshot."""
     problems: list[Problem] = []
     samples = _samples(text, source, problems)
-    by_name: dict[str, list[_Sample]] = defaultdict(list)
+    by_name: dict[str, list[Entry]] = defaultdict(list)
     for s in samples:
-        by_name[s.name].append(s)
+        by_name[s.name].append((s.labels, s.value, bucket_bound(s.labels)))
     mapping = catalog.metric_map()
-    engine = None
-    for eng, prefix in mapping.engine_prefixes.items():
-        if any(name.startswith(prefix) for name in by_name):
-            engine = eng
-            break
-    snap = MetricSnapshot(source=source, timestamp_s=timestamp_s, engine=engine, sample_count=len(samples))
+    engine = next(
+        (e for e, prefix in mapping.engine_prefixes.items() if any(n.startswith(prefix) for n in by_name)), None
+    )
+    snap = snapshot(by_name, mapping, engine, source, timestamp_s, len(samples))
+    if samples and not snap.raw_names and engine is None:
+        problems.append(Problem(source, "no known inference-server metrics in this scrape"))
+    return snap, problems
+
+
+def snapshot(
+    by_name: dict[str, list[Entry]],
+    mapping: catalog.MetricMap,
+    engine: str | None,
+    source: str,
+    timestamp_s: float | None,
+    sample_count: int,
+) -> MetricSnapshot:
+    """The normalised snapshot of one scrape's samples, by series name (catalog/metrics.yaml's names)."""
+    snap = MetricSnapshot(source=source, timestamp_s=timestamp_s, engine=engine, sample_count=sample_count)
     for spec in mapping.specs:
         for name in spec.names:
-            series_name = name + "_bucket" if spec.kind == "histogram" else name
-            chosen = [s for s in by_name.get(series_name, []) if _labels_match(s.labels, spec.labels)]
-            if not chosen:
+            entries = by_name.get(name + "_bucket" if spec.kind == "histogram" else name)
+            if not entries:
                 continue
+            if spec.labels:
+                entries = [e for e in entries if _labels_match(e[0], spec.labels)]
+                if not entries:
+                    continue
             snap.raw_names[spec.canonical] = name
             if spec.kind == "histogram":
-                hist = _histogram(name, chosen, by_name)
+                hist = _histogram(name, entries, by_name)
                 if hist is not None:
                     snap.histograms[spec.canonical] = hist
             else:
-                values = [s.value for s in chosen if not math.isnan(s.value)]
+                values = [e[1] for e in entries if not math.isnan(e[1])]
                 if not values:
                     continue
                 value = max(values) if spec.aggregate == "max" else sum(values)
@@ -86,32 +106,36 @@ def parse_metrics(text: str, source: str, timestamp_s: float | None = None) -> t
             break
     for canonical, names in mapping.info.items():
         for name in names:
-            if by_name.get(name):
-                snap.labels[canonical] = dict(by_name[name][0].labels)
+            found = by_name.get(name)
+            if found:
+                snap.labels[canonical] = dict(found[0][0])
                 snap.raw_names[canonical] = name
                 break
-    if samples and not snap.raw_names and engine is None:
-        problems.append(Problem(source, "no known inference-server metrics in this scrape"))
-    return snap, problems
+    return snap
+
+
+def bucket_bound(labels: dict[str, str]) -> float | None:
+    """The ``le`` bound of a histogram bucket; None for other samples and unreadable bounds."""
+    try:
+        bound = float(labels.get("le", "nan"))
+    except ValueError:
+        return None
+    return None if math.isnan(bound) else bound
 
 
 def _labels_match(labels: dict[str, str], wanted: tuple[tuple[str, str], ...]) -> bool:
     return all(labels.get(k, "").startswith(v) for k, v in wanted)
 
 
-def _histogram(name: str, buckets: list[_Sample], by_name: dict[str, list[_Sample]]) -> Histogram | None:
+def _histogram(name: str, buckets: list[Entry], by_name: dict[str, list[Entry]]) -> Histogram | None:
     merged: dict[float, float] = defaultdict(float)
-    for s in buckets:
-        try:
-            bound = float(s.labels.get("le", "nan"))
-        except ValueError:
-            continue
-        if not math.isnan(bound):
-            merged[bound] += s.value
+    for _, value, bound in buckets:
+        if bound is not None:
+            merged[bound] += value
     if not merged or math.inf not in merged:
         return None
-    total = sum(s.value for s in by_name.get(name + "_sum", []))
-    count = sum(s.value for s in by_name.get(name + "_count", [])) or merged[math.inf]
+    total = sum(e[1] for e in by_name.get(name + "_sum", []))
+    count = sum(e[1] for e in by_name.get(name + "_count", [])) or merged[math.inf]
     return Histogram(buckets=tuple(sorted(merged.items())), total=total, count=count)
 
 

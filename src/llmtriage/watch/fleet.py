@@ -24,7 +24,7 @@ from llmtriage.diagnose.engine import diagnose
 from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import UnavailableError, UsageError
 from llmtriage.facts import Evidence, MetricsFacts, MetricSnapshot, Problem
-from llmtriage.watch.reader import SnapshotReader
+from llmtriage.watch.reader import SnapshotReader, catalog_series_names
 
 SCHEMA_VERSION = 1
 STEPS_PER_WINDOW = 60  # fine enough to see a stall of stall_seconds begin inside a 5-minute window
@@ -156,17 +156,7 @@ def selector_matchers(selector: str | None) -> str:
 
 def catalog_series_regex() -> str:
     """A ``__name__`` regex of every series catalog/metrics.yaml reads (histograms by bucket, sum and count)."""
-    mapping = catalog.metric_map()
-    names: set[str] = set()
-    for spec in mapping.specs:
-        for name in spec.names:
-            if spec.kind == "histogram":
-                names.update((f"{name}_bucket", f"{name}_sum", f"{name}_count"))
-            else:
-                names.add(name)
-    for info in mapping.info.values():
-        names.update(info)
-    return "|".join(sorted(names))
+    return "|".join(sorted(catalog_series_names(catalog.metric_map())))
 
 
 def _key(labels: dict[str, str]) -> InstanceKey:

@@ -9,14 +9,14 @@ malformed line costs only itself.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtriage import catalog
-from llmtriage.facts import Histogram, MetricSnapshot, Problem
+from llmtriage.facts import MetricSnapshot, Problem
+from llmtriage.parse.prom import Entry, bucket_bound, snapshot
 
 MAX_CACHED_SERIES = 200_000
 
@@ -32,10 +32,10 @@ class _Series(NamedTuple):
 
 
 _BAD = _Series("", {}, False, None, None)
-_Entry = tuple[dict[str, str], float, float | None]  # labels, value, bucket bound
 
 
-def _wanted_names(mapping: catalog.MetricMap) -> frozenset[str]:
+def catalog_series_names(mapping: catalog.MetricMap) -> frozenset[str]:
+    """Every series catalog/metrics.yaml reads (histograms by bucket, sum and count), info metrics included."""
     names: set[str] = set()
     for spec in mapping.specs:
         for name in spec.names:
@@ -48,20 +48,12 @@ def _wanted_names(mapping: catalog.MetricMap) -> frozenset[str]:
     return frozenset(names)
 
 
-def _bound(labels: dict[str, str]) -> float | None:
-    try:
-        bound = float(labels.get("le", "nan"))
-    except ValueError:
-        return None
-    return None if math.isnan(bound) else bound
-
-
 class SnapshotReader:
     """Reads scrapes into normalised snapshots, remembering the series it has parsed (shared by all endpoints)."""
 
     def __init__(self) -> None:
         self._mapping = catalog.metric_map()
-        self._wanted = _wanted_names(self._mapping)
+        self._wanted = catalog_series_names(self._mapping)
         self._heads: dict[str, _Series] = {}
 
     def _parse_head(self, head: str) -> _Series:
@@ -73,7 +65,7 @@ class SnapshotReader:
                     engine = next(
                         (e for e, prefix in self._mapping.engine_prefixes.items() if name.startswith(prefix)), None
                     )
-                    return _Series(name, labels, name in self._wanted, engine, _bound(labels))
+                    return _Series(name, labels, name in self._wanted, engine, bucket_bound(labels))
         except (ValueError, TypeError, IndexError, KeyError):
             return _BAD
         return _BAD
@@ -83,7 +75,7 @@ class SnapshotReader:
         heads = self._heads
         if len(heads) > MAX_CACHED_SERIES:
             heads.clear()
-        by_name: dict[str, list[_Entry]] = defaultdict(list)
+        by_name: dict[str, list[Entry]] = defaultdict(list)
         engines: set[str] = set()
         samples = bad = 0
         for line in text.splitlines():
@@ -118,49 +110,10 @@ class SnapshotReader:
             by_name[series.name].append((series.labels, value, series.le))
         problems = [Problem(source, f"{bad} malformed sample line{'s' if bad != 1 else ''} skipped")] if bad else []
         engine = next((e for e in self._mapping.engine_prefixes if e in engines), None)
-        snap = self._snapshot(by_name, engine, source, timestamp_s, samples - bad)
+        snap = snapshot(by_name, self._mapping, engine, source, timestamp_s, samples - bad)
         if samples > bad and not snap.raw_names and snap.engine is None:
             problems.append(Problem(source, "no known inference-server metrics in this scrape"))
         return snap, problems
-
-    def _snapshot(
-        self,
-        by_name: dict[str, list[_Entry]],
-        engine: str | None,
-        source: str,
-        timestamp_s: float | None,
-        sample_count: int,
-    ) -> MetricSnapshot:
-        snap = MetricSnapshot(source=source, timestamp_s=timestamp_s, engine=engine, sample_count=sample_count)
-        for spec in self._mapping.specs:
-            for name in spec.names:
-                entries = by_name.get(name + "_bucket" if spec.kind == "histogram" else name)
-                if not entries:
-                    continue
-                if spec.labels:
-                    entries = [e for e in entries if _labels_match(e[0], spec.labels)]
-                    if not entries:
-                        continue
-                snap.raw_names[spec.canonical] = name
-                if spec.kind == "histogram":
-                    hist = _histogram(name, entries, by_name)
-                    if hist is not None:
-                        snap.histograms[spec.canonical] = hist
-                else:
-                    values = [e[1] for e in entries if not math.isnan(e[1])]
-                    if not values:
-                        continue
-                    value = max(values) if spec.aggregate == "max" else sum(values)
-                    (snap.gauges if spec.kind == "gauge" else snap.counters)[spec.canonical] = value
-                break
-        for canonical, names in self._mapping.info.items():
-            for name in names:
-                found = by_name.get(name)
-                if found:
-                    snap.labels[canonical] = dict(found[0][0])
-                    snap.raw_names[canonical] = name
-                    break
-        return snap
 
 
 def _value_before_timestamp(rest: str) -> float | None:
@@ -173,19 +126,3 @@ def _value_before_timestamp(rest: str) -> float | None:
         return float(parts[0])
     except ValueError:
         return None
-
-
-def _labels_match(labels: dict[str, str], wanted: tuple[tuple[str, str], ...]) -> bool:
-    return all(labels.get(k, "").startswith(v) for k, v in wanted)
-
-
-def _histogram(name: str, buckets: list[_Entry], by_name: dict[str, list[_Entry]]) -> Histogram | None:
-    merged: dict[float, float] = defaultdict(float)
-    for _, value, bound in buckets:
-        if bound is not None:
-            merged[bound] += value
-    if not merged or math.inf not in merged:
-        return None
-    total = sum(e[1] for e in by_name.get(name + "_sum", []))
-    count = sum(e[1] for e in by_name.get(name + "_count", [])) or merged[math.inf]
-    return Histogram(buckets=tuple(sorted(merged.items())), total=total, count=count)
