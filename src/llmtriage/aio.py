@@ -6,6 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable, Coroutine
 from multiprocessing.connection import Connection
+from time import perf_counter
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -19,6 +20,17 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main)
+
+
+async def sleep_until(deadline_s: float) -> None:
+    """Sleep until ``perf_counter()`` reaches ``deadline_s``.
+
+    One ``asyncio.sleep`` on uvloop can end up to ~0.6 ms early: libuv rounds the delay to whole
+    milliseconds and counts it from the loop's cached clock. A send timed to the run's origin
+    would then fall before it.
+    """
+    while (left_s := deadline_s - perf_counter()) > 0:
+        await asyncio.sleep(left_s)
 
 
 def watch_connection(

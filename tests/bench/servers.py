@@ -32,6 +32,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from llmtriage import aio
+
 BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0)
 
 
@@ -257,7 +259,7 @@ class StreamServer:
             if chat:
                 transport.write(_frame(_event(_chunk({"role": "assistant", "content": ""}, None))))
             if b.ttft_s:
-                await asyncio.sleep(b.ttft_s)
+                await aio.sleep_until(recv + b.ttft_s)
             stream = _Stream(transport, frames, timing, asyncio.get_running_loop().create_future())
             if not stream.step():
                 if b.step_s > 0:

@@ -263,9 +263,7 @@ class _Load:
                 break
             if index % self.workers != self.worker:
                 continue
-            delay = scheduled - perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await aio.sleep_until(scheduled)
             if self.stopping:
                 return
             self._spawn(one(index, self._warmup(index, offset), scheduled))
@@ -299,9 +297,7 @@ async def drive(
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
     timeout = aiohttp.ClientTimeout(total=config.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, trace_configs=[wire_trace()]) as session:
-        delay = origin - perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        await aio.sleep_until(origin)
         watcher = asyncio.create_task(_watch_lag(lag))
         task = asyncio.create_task(load.closed(session) if config.closed_loop else load.open(session))
         stopper = asyncio.create_task(stop.wait())
