@@ -71,6 +71,11 @@ def test_usage_errors_exit_2() -> None:
     assert run("diagnose", "--log", "/nonexistent.log").returncode == 2
     bad_slo = run("diagnose", "--log", LOGS / "startup-ok.log", "--slo", "ttft=fast")
     assert bad_slo.returncode == 2 and "Traceback" not in bad_slo.stderr
+    # Fleet mode reads Prometheus alone: files of one server beside it are refused, not silently dropped.
+    mixed = run("diagnose", "--prometheus", "http://127.0.0.1:9", "--log", LOGS / "startup-ok.log")
+    assert mixed.returncode == 2 and "--log would be ignored" in mixed.stderr
+    orphan = run("diagnose", "--log", LOGS / "startup-ok.log", "--selector", '{job="vllm"}')
+    assert orphan.returncode == 2 and "--prometheus" in orphan.stderr
 
 
 def test_empty_directory_is_nothing_readable(tmp_path: Path) -> None:

@@ -168,6 +168,8 @@ def test_live_process_capture_is_redacted_and_diagnosed(
 
     evidence = read_evidence(result.path)
     assert evidence.launch is not None and evidence.launch.model == "models/tiny-llama"
+    assert evidence.launch.env["HF_HOME"] == "/srv/hf" and "config/env.txt" in evidence.read
+    assert evidence.launch.env["ADMIN_PASSWORD"].startswith("<redacted:secret_env_var:")
     assert evidence.model is not None and evidence.gpu is not None and evidence.gpu.samples
     diagnosis = diagnose(evidence)
     assert diagnosis.symptom_class == "startup_oom"

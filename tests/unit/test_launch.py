@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmtriage.facts import Citation
-from llmtriage.parse.launch import merge_args_dict, parse_launch
+from llmtriage.parse.launch import apply_env, merge_args_dict, parse_launch
 
 
 def test_vllm_serve_both_spellings() -> None:
@@ -33,6 +33,16 @@ def test_docker_run_with_env_and_negative_flags() -> None:
     assert (c.enable_prefix_caching, c.enforce_eager, c.cpu_kv_cache_space_gib) == (False, True, 4.0)
     assert c.env["HF_TOKEN"] == "x"
     assert "--gpus all" in c.unknown_args
+
+
+def test_environment_file_adds_to_the_command_line() -> None:
+    c = parse_launch("vllm serve m --max-model-len 1024", "config/launch.txt")
+    apply_env(c, "VLLM_CPU_KVCACHE_SPACE=4\nHF_HOME='/srv/my hf'\nnot an assignment\nlower=x\n", "config/env.txt")
+    assert (c.max_model_len, c.cpu_kv_cache_space_gib) == (1024, 4.0)
+    assert c.env == {"VLLM_CPU_KVCACHE_SPACE": "4", "HF_HOME": "/srv/my hf"}
+    assert c.citations["cpu_kv_cache_space_gib"] == Citation(
+        source="config/env.txt", excerpt="VLLM_CPU_KVCACHE_SPACE=4"
+    )
 
 
 def test_other_engines() -> None:

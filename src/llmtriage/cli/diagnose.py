@@ -96,8 +96,28 @@ def diagnose(
     Exit codes: 0 nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable,
     4 a live server could not be read.
     """
+    single_server = {
+        "BUNDLE": bundle,
+        "--log": log,
+        "--nvidia-smi": nvidia_smi,
+        "--dmesg": dmesg,
+        "--metrics": metrics,
+        "--launch": launch,
+        "--config": config,
+        "--html": html,
+    }
     if prometheus is not None:
+        mixed = [name for name, value in single_server.items() if value]
+        if mixed:
+            fail(
+                UsageError(
+                    f"--prometheus diagnoses the fleet from Prometheus alone; {', '.join(mixed)} would be ignored",
+                    "run diagnose twice: once with --prometheus, once with the bundle or files of one server",
+                )
+            )
         run_fleet(prometheus, selector, window, slo, output)
+    if selector is not None:
+        fail(UsageError("--selector chooses instances in Prometheus", "give --prometheus URL with it"))
     if bundle is not None and not bundle.is_dir():
         fail(UsageError(f"{bundle}: not a directory", "give a bundle directory, or loose files with --log etc."))
     loose = LooseFiles(

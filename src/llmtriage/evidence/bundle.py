@@ -166,6 +166,12 @@ class _Reader:
         self.evidence.launch = launch.parse_launch(text, name)
         self.evidence.read.append(name)
 
+    def env_text(self, name: str, text: str) -> None:
+        config = self.evidence.launch or launch.parse_launch("", name)
+        launch.apply_env(config, text, name)
+        self.evidence.launch = config
+        self.evidence.read.append(name)
+
     def model(self, path: Path) -> None:
         text = self.text(path)
         if text is None:
@@ -235,6 +241,11 @@ def _read_bundle(reader: _Reader, root: Path) -> None:
         text = reader.text(launch_file)
         if text is not None:
             reader.launch_text("config/launch.txt", text)
+    env_file = root / "config" / "env.txt"
+    if env_file.is_file():
+        text = reader.text(env_file)
+        if text is not None:
+            reader.env_text("config/env.txt", text)
     config_file = root / "config" / "config.json"
     if config_file.is_file():
         reader.model(config_file)
@@ -290,8 +301,8 @@ def _fold_log_hints(evidence: Evidence) -> None:
     config = evidence.launch
     if config is None:
         config = launch.parse_launch("", "server log")
-        config.engine = facts.engine
         evidence.launch = config
+    config.engine = config.engine or facts.engine
     args = facts.launch_hints.get("args_dict")
     if args is not None:
         launch.merge_args_dict(config, args, facts.launch_hint_citations["args_dict"])

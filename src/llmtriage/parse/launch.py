@@ -113,6 +113,14 @@ def parse_launch(text: str, source: str) -> LaunchConfig:
     return config
 
 
+def apply_env(config: LaunchConfig, text: str, source: str) -> None:
+    """Add the server's environment, ``NAME=value`` per line (``config/env.txt``, values shell-quoted)."""
+    for line in text.splitlines():
+        tokens = _tokens(line)
+        if len(tokens) == 1 and (env := _ENV_ASSIGN.match(tokens[0])) is not None:
+            _set_env(config, env.group("key"), env.group("value"), source)
+
+
 def _set_env(config: LaunchConfig, key: str, value: str, source: str) -> None:
     config.env[key] = value
     field, kind = catalog.launch_flags().env.get(key, (None, "str"))
