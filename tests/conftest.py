@@ -11,6 +11,37 @@ import yaml
 FIXTURES = Path(__file__).parent / "fixtures"
 INCIDENTS = sorted((FIXTURES / "incidents").glob("*.yaml"))
 
+# The cause ids of DESIGN.md's flowchart: the catalog keeps each, the runbook seeds an entry for each.
+DESIGN_CAUSE_IDS = (
+    "weights_kv_exceed_memory",
+    "gpu_mem_util_too_high",
+    "other_process_holds_memory",
+    "kv_cache_too_small_for_max_model_len",
+    "max_model_len_exceeds_model",
+    "driver_cuda_mismatch",
+    "gpu_not_visible",
+    "model_path_or_permission",
+    "port_in_use",
+    "unsupported_model",
+    "nccl_or_distributed_init",
+    "prompt_exceeds_max_model_len",
+    "concurrency_exceeds_kv_pool",
+    "long_prompt_surge",
+    "activation_peak",
+    "allocator_fragmentation",
+    "cuda_graph_capture_memory",
+    "xid_hardware_or_driver",
+    "illegal_memory_access_kernel_bug",
+    "queueing_over_capacity",
+    "prefill_congestion",
+    "prefix_cache_miss",
+    "kv_pressure_preemption",
+    "power_thermal_throttling",
+    "gpu_contention_other_process",
+    "memory_bandwidth_bound",
+    "engine_stalled",
+)
+
 _BUNDLE_PATHS = {
     "logs": "logs/server.log",
     "nvidia_smi": "gpu/nvidia-smi.txt",

@@ -22,38 +22,9 @@ from llmtriage.runbook.entry import Entry
 from llmtriage.runbook.seeds import seeds
 from llmtriage.runbook.store import APPLICATION_ID, SCHEMA_VERSION, Runbook
 
+from ..conftest import DESIGN_CAUSE_IDS
 from .conftest import REPO, bundle, diagnosed_entry
 
-# The classic faults of the flowchart (DESIGN.md): each has a seed entry.
-CLASSIC_CAUSES = (
-    "weights_kv_exceed_memory",
-    "gpu_mem_util_too_high",
-    "other_process_holds_memory",
-    "kv_cache_too_small_for_max_model_len",
-    "max_model_len_exceeds_model",
-    "driver_cuda_mismatch",
-    "gpu_not_visible",
-    "model_path_or_permission",
-    "port_in_use",
-    "unsupported_model",
-    "nccl_or_distributed_init",
-    "prompt_exceeds_max_model_len",
-    "concurrency_exceeds_kv_pool",
-    "long_prompt_surge",
-    "activation_peak",
-    "allocator_fragmentation",
-    "cuda_graph_capture_memory",
-    "xid_hardware_or_driver",
-    "illegal_memory_access_kernel_bug",
-    "queueing_over_capacity",
-    "prefill_congestion",
-    "prefix_cache_miss",
-    "kv_pressure_preemption",
-    "power_thermal_throttling",
-    "gpu_contention_other_process",
-    "memory_bandwidth_bound",
-    "engine_stalled",
-)
 SECRET = "hf_" + "Zq8" * 12
 
 
@@ -95,7 +66,7 @@ def test_new_runbook_schema_wal_and_seeds(tmp_path: Path) -> None:
     assert raw.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     raw.close()
     assert all(e.seed for e in seeded)
-    assert sorted(e.cause for e in seeded) == sorted(CLASSIC_CAUSES)
+    assert sorted(e.cause for e in seeded) == sorted(DESIGN_CAUSE_IDS)
     tree = catalog.tree()
     for e in seeded:
         assert e.symptom_class in tree.cause(e.cause).classes
@@ -105,7 +76,7 @@ def test_new_runbook_schema_wal_and_seeds(tmp_path: Path) -> None:
 
 
 def test_seeds_are_checked_against_the_tree() -> None:
-    assert len({e.uid for e in seeds("2026-10-02T00:00:00Z")}) == len(CLASSIC_CAUSES)
+    assert len({e.uid for e in seeds("2026-10-02T00:00:00Z")}) == len(DESIGN_CAUSE_IDS)
 
 
 def test_an_empty_file_becomes_a_runbook(tmp_path: Path) -> None:
@@ -115,7 +86,7 @@ def test_an_empty_file_becomes_a_runbook(tmp_path: Path) -> None:
         Runbook.open(path, create=False)
     assert path.stat().st_size == 0
     with Runbook.open(path, create=True) as runbook:
-        assert runbook.count(seeds=True) == len(CLASSIC_CAUSES)
+        assert runbook.count(seeds=True) == len(DESIGN_CAUSE_IDS)
 
 
 def test_open_without_create_never_creates(tmp_path: Path) -> None:
@@ -335,7 +306,7 @@ def test_concurrent_writers_on_a_new_file_lose_nothing(tmp_path: Path) -> None:
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in results]
     with Runbook.open(path, create=False) as runbook:
         uids = [e.uid for e in runbook.entries()]
-        assert runbook.count(seeds=True) == len(CLASSIC_CAUSES)
+        assert runbook.count(seeds=True) == len(DESIGN_CAUSE_IDS)
     assert sorted(uids) == sorted(f"writer{n}-{i}" for n in range(4) for i in range(50))
     check_integrity(path)
     writers = [uid.split("-")[0] for uid in uids]

@@ -9,6 +9,8 @@ from llmtriage.diagnose import questions
 from llmtriage.facts import STATS_FIELDS, BenchFigures, MemoryReport, MetaFacts, OffloadReport
 from llmtriage.parse.logs import _field_value
 
+from ..conftest import DESIGN_CAUSE_IDS
+
 TARGETS = {"memory": MemoryReport, "offload": OffloadReport, "bench": BenchFigures, "meta": MetaFacts}
 
 
@@ -40,36 +42,7 @@ def test_every_question_has_a_predicate_and_every_class_is_reachable() -> None:
 
 
 def test_design_cause_ids_are_all_present() -> None:
-    design_ids = {
-        "weights_kv_exceed_memory",
-        "gpu_mem_util_too_high",
-        "other_process_holds_memory",
-        "kv_cache_too_small_for_max_model_len",
-        "max_model_len_exceeds_model",
-        "driver_cuda_mismatch",
-        "gpu_not_visible",
-        "model_path_or_permission",
-        "port_in_use",
-        "unsupported_model",
-        "nccl_or_distributed_init",
-        "prompt_exceeds_max_model_len",
-        "concurrency_exceeds_kv_pool",
-        "long_prompt_surge",
-        "activation_peak",
-        "allocator_fragmentation",
-        "cuda_graph_capture_memory",
-        "xid_hardware_or_driver",
-        "illegal_memory_access_kernel_bug",
-        "queueing_over_capacity",
-        "prefill_congestion",
-        "prefix_cache_miss",
-        "kv_pressure_preemption",
-        "power_thermal_throttling",
-        "gpu_contention_other_process",
-        "memory_bandwidth_bound",
-        "engine_stalled",
-    }
-    assert design_ids <= set(catalog.tree().causes)
+    assert set(DESIGN_CAUSE_IDS) <= set(catalog.tree().causes)
 
 
 def test_xid_catalog_severity() -> None:
