@@ -6,8 +6,8 @@ named baseline measured in the same run.
   capture:  llmtriage capture --metrics-url URL --gpu URL --duration D --interval 1s --no-diagnose
 
 Both read a local server (this script in a child process, on 127.0.0.1) that answers the recorded vLLM /metrics
-(tests/fixtures/vllm-cpu/metrics/after-load.txt, 55 KB) and the telemetry document of docs/gpu-telemetry.md, so
-the server's own CPU is not counted. On a host without a GPU the telemetry URL stands in for NVML.
+(tests/fixtures/vllm-cpu/metrics/after-load.txt, 55 KB) and the telemetry document of docs/gpu-telemetry.md
+(tests/fixtures/capture/gpu-telemetry.json), so the server's own CPU is not counted. On a host without a GPU the telemetry URL stands in for NVML.
 
 The capture's share is given twice: in steady state (its CPU time from /proc/PID/stat, from 3 s after the first
 scrape to 1.5 s before the end), which is what sampling every second costs, and over the whole run (getrusage of
@@ -31,41 +31,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ROOT / "tests" / "fixtures" / "vllm-cpu" / "metrics" / "after-load.txt"
 TARGET_SHARE = 0.02
-TELEMETRY = {
-    "schema_version": 1,
-    "driver_version": "sim-0.1.0",
-    "cuda_version": None,
-    "gpus": [
-        {
-            "index": 0,
-            "uuid": "GPU-00000000-0000-0000-0000-000000000000",
-            "name": "NVIDIA H100 80GB HBM3",
-            "memory_total_bytes": 85520809984,
-            "memory_used_bytes": 76000000000,
-            "utilization_gpu_pct": 97.0,
-            "power_draw_w": 690.0,
-            "power_limit_w": 700.0,
-            "temperature_c": 71.0,
-            "sm_clock_mhz": 1980.0,
-            "sm_clock_max_mhz": 1980.0,
-            "pstate": "P0",
-            "clocks_event_reasons_mask": 4,
-            "processes": [{"pid": 4242, "name": "llmtriage-sim", "used_memory_bytes": 76000000000}],
-        }
-    ],
-}
+TELEMETRY = ROOT / "tests" / "fixtures" / "capture" / "gpu-telemetry.json"
 
 
 def serve() -> None:
     """The local server (run in a child): /metrics and /llmtriage/gpu; prints its port, then serves."""
     metrics = METRICS.read_bytes()
+    telemetry = json.loads(TELEMETRY.read_text())
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
                 body, kind = metrics, "text/plain"
             elif self.path == "/llmtriage/gpu":
-                body, kind = json.dumps({**TELEMETRY, "timestamp_s": time.time()}).encode(), "application/json"
+                body, kind = json.dumps({**telemetry, "timestamp_s": time.time()}).encode(), "application/json"
             else:
                 self.send_error(404)
                 return

@@ -23,6 +23,7 @@ VLLM_LOGS = FIXTURES / "vllm-cpu" / "logs"
 VLLM_METRICS = FIXTURES / "vllm-cpu" / "metrics"
 NVIDIA_SMI = FIXTURES / "nvidia-smi"
 DMESG = FIXTURES / "dmesg"
+TELEMETRY = RECORDED / "gpu-telemetry.json"
 
 
 def recorded(name: str) -> Recording:
@@ -41,31 +42,10 @@ def fixture_output(path: Path) -> Recording:
 
 
 def telemetry_document(process_name: str = "llmtriage-sim") -> dict[str, Any]:
-    """The example document of docs/gpu-telemetry.md (the format the sim serves)."""
-    return {
-        "schema_version": 1,
-        "driver_version": "sim-0.1.0",
-        "cuda_version": None,
-        "timestamp_s": 1795961300.123,
-        "gpus": [
-            {
-                "index": 0,
-                "uuid": "GPU-00000000-0000-0000-0000-000000000000",
-                "name": "NVIDIA H100 80GB HBM3",
-                "memory_total_bytes": 85520809984,
-                "memory_used_bytes": 76000000000,
-                "utilization_gpu_pct": 97.0,
-                "power_draw_w": 690.0,
-                "power_limit_w": 700.0,
-                "temperature_c": 71.0,
-                "sm_clock_mhz": 1980.0,
-                "sm_clock_max_mhz": 1980.0,
-                "pstate": "P0",
-                "clocks_event_reasons_mask": 4,
-                "processes": [{"pid": 4242, "name": process_name, "used_memory_bytes": 76000000000}],
-            }
-        ],
-    }
+    """The example document of docs/gpu-telemetry.md (the format the sim serves), its process renamed."""
+    document: dict[str, Any] = json.loads(TELEMETRY.read_text())
+    document["gpus"][0]["processes"][0]["name"] = process_name
+    return document
 
 
 @dataclass
