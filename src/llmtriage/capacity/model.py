@@ -16,6 +16,7 @@ from typing import Any
 
 from llmtriage import catalog
 from llmtriage.errors import UsageError
+from llmtriage.parse.model_config import first_int, language_model_fields
 
 _HEADER_LIMIT_BYTES = 100 * 2**20
 
@@ -76,20 +77,10 @@ class ModelSpec:
         )
 
 
-def _int(data: Mapping[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        value = data.get(key)
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int | float):
-            return int(value)
-    return None
-
-
 def _layer_kinds(data: Mapping[str, Any], layers: int) -> tuple[int, int]:
     """(sliding-window layers, chunked-local layers) as vLLM builds them."""
-    window = _int(data, "sliding_window")
-    chunk = _int(data, "attention_chunk_size")
+    window = first_int(data, "sliding_window")
+    chunk = first_int(data, "attention_chunk_size")
     layer_types = data.get("layer_types")
     if isinstance(layer_types, list):
         sliding = sum(1 for t in layer_types if "sliding" in str(t))
@@ -104,7 +95,7 @@ def _layer_kinds(data: Mapping[str, Any], layers: int) -> tuple[int, int]:
         return 0, 0
     if isinstance(layer_types, str) and "alternating" in layer_types:
         return layers - layers // 2, 0
-    pattern = _int(data, "sliding_window_pattern")
+    pattern = first_int(data, "sliding_window_pattern")
     if pattern:
         return layers - layers // pattern, 0
     if str(data.get("architecture") or "").startswith("Gemma2") or "Gemma2" in str(data.get("architectures")):
@@ -127,11 +118,10 @@ def spec_from_config(
     weights_bytes: int | None = None,
 ) -> ModelSpec:
     """A ModelSpec from config.json fields; multimodal configs are read through their ``text_config``."""
-    text_config = data.get("text_config") or data.get("llm_config")
-    core: Mapping[str, Any] = {**data, **text_config} if isinstance(text_config, Mapping) else data
-    layers = _int(core, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _int(core, "hidden_size", "n_embd", "d_model")
-    heads = _int(core, "num_attention_heads", "n_head")
+    core = language_model_fields(data)
+    layers = first_int(core, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = first_int(core, "hidden_size", "n_embd", "d_model")
+    heads = first_int(core, "num_attention_heads", "n_head")
     missing = [
         field
         for field, value in (("num_hidden_layers", layers), ("hidden_size", hidden), ("num_attention_heads", heads))
@@ -149,37 +139,37 @@ def spec_from_config(
         str(architectures[0]) if architectures else (str(core["architecture"]) if core.get("architecture") else None)
     )
     sliding, chunked = _layer_kinds({**core, "architecture": architecture}, layers)
-    experts = _int(core, "n_routed_experts", "num_local_experts", "num_experts")
+    experts = first_int(core, "n_routed_experts", "num_local_experts", "num_experts")
     return ModelSpec(
         name=name,
         architecture=architecture,
         num_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
-        num_kv_heads=_int(core, "num_key_value_heads", "num_kv_heads") or heads,
-        head_dim=_int(core, "head_dim") or hidden // heads,
-        intermediate_size=_int(core, "intermediate_size_mlp", "intermediate_size", "ffn_dim"),
-        vocab_size=_int(core, "vocab_size"),
-        max_position_embeddings=_int(core, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
+        num_kv_heads=first_int(core, "num_key_value_heads", "num_kv_heads") or heads,
+        head_dim=first_int(core, "head_dim") or hidden // heads,
+        intermediate_size=first_int(core, "intermediate_size_mlp", "intermediate_size", "ffn_dim"),
+        vocab_size=first_int(core, "vocab_size"),
+        max_position_embeddings=first_int(core, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
         torch_dtype=str(core.get("torch_dtype") or core.get("dtype") or "").split(" ")[0] or None,
         tie_word_embeddings=bool(core.get("tie_word_embeddings", False)),
-        sliding_window=_int(core, "sliding_window") if sliding else None,
+        sliding_window=first_int(core, "sliding_window") if sliding else None,
         sliding_layers=sliding,
-        attention_chunk_size=_int(core, "attention_chunk_size") if chunked else None,
+        attention_chunk_size=first_int(core, "attention_chunk_size") if chunked else None,
         chunked_layers=chunked,
-        kv_lora_rank=_int(core, "kv_lora_rank"),
-        q_lora_rank=_int(core, "q_lora_rank"),
-        qk_nope_head_dim=_int(core, "qk_nope_head_dim"),
-        qk_rope_head_dim=_int(core, "qk_rope_head_dim"),
-        v_head_dim=_int(core, "v_head_dim"),
+        kv_lora_rank=first_int(core, "kv_lora_rank"),
+        q_lora_rank=first_int(core, "q_lora_rank"),
+        qk_nope_head_dim=first_int(core, "qk_nope_head_dim"),
+        qk_rope_head_dim=first_int(core, "qk_rope_head_dim"),
+        v_head_dim=first_int(core, "v_head_dim"),
         num_experts=experts,
-        experts_per_token=_int(core, "num_experts_per_tok", "num_experts_per_token") if experts else None,
-        moe_intermediate_size=(_int(core, "moe_intermediate_size") or _int(core, "intermediate_size"))
+        experts_per_token=first_int(core, "num_experts_per_tok", "num_experts_per_token") if experts else None,
+        moe_intermediate_size=(first_int(core, "moe_intermediate_size") or first_int(core, "intermediate_size"))
         if experts
         else None,
-        shared_experts=_int(core, "n_shared_experts") or (1 if core.get("shared_expert") else 0),
-        first_dense_layers=_int(core, "first_k_dense_replace") or 0,
-        moe_layer_step=_int(core, "interleave_moe_layer_step", "decoder_sparse_step") or 1,
+        shared_experts=first_int(core, "n_shared_experts") or (1 if core.get("shared_expert") else 0),
+        first_dense_layers=first_int(core, "first_k_dense_replace") or 0,
+        moe_layer_step=first_int(core, "interleave_moe_layer_step", "decoder_sparse_step") or 1,
         quantization=_quant_method(core),
         weights_bytes=weights_bytes,
         source=source,

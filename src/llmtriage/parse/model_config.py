@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from llmtriage.facts import ModelConfig, Problem
 
 
-def _int(data: dict[str, Any], *keys: str) -> int | None:
+def first_int(data: Mapping[str, Any], *keys: str) -> int | None:
+    """The first of ``keys`` (a field's spellings across architectures) that holds a number, as an int."""
     for key in keys:
         value = data.get(key)
         if isinstance(value, bool):
@@ -16,6 +18,12 @@ def _int(data: dict[str, Any], *keys: str) -> int | None:
         if isinstance(value, int | float):
             return int(value)
     return None
+
+
+def language_model_fields(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A multimodal config's ``text_config`` (or ``llm_config``) over its top level; other configs as they are."""
+    text_config = data.get("text_config") or data.get("llm_config")
+    return {**data, **text_config} if isinstance(text_config, Mapping) else data
 
 
 def parse_model_config(text: str, source: str) -> tuple[ModelConfig | None, list[Problem]]:
@@ -26,28 +34,27 @@ def parse_model_config(text: str, source: str) -> tuple[ModelConfig | None, list
         return None, [Problem(source, f"not JSON: {e.msg} at line {e.lineno}")]
     if not isinstance(data, dict):
         return None, [Problem(source, "config.json is not a JSON object")]
-    text_config = data.get("text_config") or data.get("llm_config")
-    core = {**data, **text_config} if isinstance(text_config, dict) else data
+    core = language_model_fields(data)
     architectures = data.get("architectures") or core.get("architectures") or []
-    heads = _int(core, "num_attention_heads", "n_head")
-    hidden = _int(core, "hidden_size", "n_embd", "d_model")
-    head_dim = _int(core, "head_dim")
+    heads = first_int(core, "num_attention_heads", "n_head")
+    hidden = first_int(core, "hidden_size", "n_embd", "d_model")
+    head_dim = first_int(core, "head_dim")
     if head_dim is None and hidden and heads:
         head_dim = hidden // heads
     quant = core.get("quantization_config")
     config = ModelConfig(
         architecture=str(architectures[0]) if architectures else None,
-        num_hidden_layers=_int(core, "num_hidden_layers", "n_layer", "num_layers"),
+        num_hidden_layers=first_int(core, "num_hidden_layers", "n_layer", "num_layers"),
         hidden_size=hidden,
         num_attention_heads=heads,
-        num_key_value_heads=_int(core, "num_key_value_heads", "num_kv_heads") or heads,
+        num_key_value_heads=first_int(core, "num_key_value_heads", "num_kv_heads") or heads,
         head_dim=head_dim,
-        vocab_size=_int(core, "vocab_size"),
-        max_position_embeddings=_int(core, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
+        vocab_size=first_int(core, "vocab_size"),
+        max_position_embeddings=first_int(core, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
         torch_dtype=str(core.get("torch_dtype") or core.get("dtype") or "") or None,
-        sliding_window=_int(core, "sliding_window"),
-        kv_lora_rank=_int(core, "kv_lora_rank"),
-        qk_rope_head_dim=_int(core, "qk_rope_head_dim"),
+        sliding_window=first_int(core, "sliding_window"),
+        kv_lora_rank=first_int(core, "kv_lora_rank"),
+        qk_rope_head_dim=first_int(core, "qk_rope_head_dim"),
         quantization=str(quant.get("quant_method")) if isinstance(quant, dict) and quant.get("quant_method") else None,
         source=source,
     )
