@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -74,7 +74,7 @@ class RunningSim:
 
 
 @pytest.fixture
-def start_sim(tmp_path: Path) -> Iterator[object]:
+def start_sim(tmp_path: Path) -> Iterator[Callable[..., RunningSim]]:
     started: list[RunningSim] = []
 
     def start(*args: str) -> RunningSim:

@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -25,7 +25,10 @@ from llmtriage import catalog
 from llmtriage.catalog import Thresholds
 
 from ..conftest import completion
-from ..sim.conftest import RunningSim, free_port
+from ..sim.conftest import (
+    free_port,
+    start_sim,  # noqa: F401 - the simulator fixture, for the watch tests
+)
 
 INSTALL_HINT = "run `scripts/ensure-debian-packages.sh prometheus:promtool` (`make dev` does)"
 
@@ -46,20 +49,6 @@ def promtool() -> str:
 def fast_thresholds(stall_seconds: float = 3.0) -> Thresholds:
     """The catalog's thresholds with a stall after ``stall_seconds`` (10 s in the catalog), for short tests."""
     return dataclasses.replace(catalog.thresholds(), stall_seconds=stall_seconds)
-
-
-@pytest.fixture
-def start_sim(tmp_path: Path) -> Iterator[Callable[..., RunningSim]]:
-    started: list[RunningSim] = []
-
-    def start(*args: str) -> RunningSim:
-        sim = RunningSim(list(args), tmp_path)
-        started.append(sim)
-        return sim
-
-    yield start
-    for sim in started:
-        sim.stop()
 
 
 class Load:
