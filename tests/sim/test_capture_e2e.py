@@ -7,6 +7,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from llmtriage.diagnose.engine import diagnose
 from llmtriage.evidence.bundle import read_evidence
 
@@ -48,34 +50,28 @@ def _capture_under_load(sim: RunningSim, out: Path, payloads: list[dict[str, obj
     return Path(proc.stdout.splitlines()[0])
 
 
-def test_thermal_throttling_is_seen_in_the_gpu_telemetry(start_sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    sim: RunningSim = start_sim("--model", "Qwen/Qwen2.5-14B-Instruct", "--gpu", "L40S", "--max-model-len", "8192",
-                                "--speed", "5", "--fault", "throttle:kind=thermal,clock=0.5")  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "gpu", "fault", "prompt_tokens", "max_tokens", "streams", "symptom_class", "first_cause"),
+    [
+        ("Qwen/Qwen2.5-14B-Instruct", "L40S", "throttle:kind=thermal,clock=0.5", 300, 400, 16,
+         "slow_generation", "power_thermal_throttling"),
+        ("Qwen/Qwen2.5-14B-Instruct", "L40S", "contention:memory_gib=6,share=0.3", 300, 400, 16,
+         "slow_generation", "gpu_contention_other_process"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "H100", "runtime-oom:running=24@3s", 500, 2000, 40,
+         "runtime_oom", "concurrency_exceeds_kv_pool"),
+    ],
+    ids=["thermal-throttling", "another-process-on-the-gpu", "runtime-oom"],
+)  # fmt: skip
+def test_fault_captured_while_it_happens(  # type: ignore[no-untyped-def]
+    start_sim, tmp_path: Path, model: str, gpu: str, fault: str, prompt_tokens: int, max_tokens: int, streams: int,
+    symptom_class: str, first_cause: str,
+) -> None:  # fmt: skip
+    sim: RunningSim = start_sim("--model", model, "--gpu", gpu, "--max-model-len", "8192", "--speed", "5",
+                                "--fault", fault)  # fmt: skip
     assert sim.wait_ready()
-    bundle = _capture_under_load(sim, tmp_path, [completion(300, 400) for _ in range(16)], concurrency=16)
+    payloads = [completion(prompt_tokens, max_tokens) for _ in range(streams)]
+    bundle = _capture_under_load(sim, tmp_path, payloads, concurrency=streams)
     assert (bundle / "gpu" / "samples.csv").exists() and (bundle / "manifest.json").exists()
     result = diagnose(read_evidence(bundle))
-    assert result.symptom_class == "slow_generation"
-    assert result.causes[0].id == "power_thermal_throttling", [(c.id, round(c.confidence, 2)) for c in result.causes]
-
-
-def test_another_process_on_the_gpu(start_sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    sim: RunningSim = start_sim("--model", "Qwen/Qwen2.5-14B-Instruct", "--gpu", "L40S", "--max-model-len", "8192",
-                                "--speed", "5", "--fault", "contention:memory_gib=6,share=0.3")  # fmt: skip
-    assert sim.wait_ready()
-    bundle = _capture_under_load(sim, tmp_path, [completion(300, 400) for _ in range(16)], concurrency=16)
-    result = diagnose(read_evidence(bundle))
-    assert result.symptom_class == "slow_generation"
-    assert result.causes[0].id == "gpu_contention_other_process", [
-        (c.id, round(c.confidence, 2)) for c in result.causes
-    ]
-
-
-def test_runtime_oom_captured_while_it_happens(start_sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    sim: RunningSim = start_sim("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--max-model-len", "8192",
-                                "--speed", "5", "--fault", "runtime-oom:running=24@3s")  # fmt: skip
-    assert sim.wait_ready()
-    bundle = _capture_under_load(sim, tmp_path, [completion(500, 2000) for _ in range(40)], concurrency=40)
-    result = diagnose(read_evidence(bundle))
-    assert result.symptom_class == "runtime_oom"
-    assert result.causes[0].id == "concurrency_exceeds_kv_pool", [(c.id, round(c.confidence, 2)) for c in result.causes]
+    assert result.symptom_class == symptom_class
+    assert result.causes[0].id == first_cause, [(c.id, round(c.confidence, 2)) for c in result.causes]
