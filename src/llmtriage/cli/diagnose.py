@@ -96,17 +96,17 @@ def diagnose(
     Exit codes: 0 nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable,
     4 a live server could not be read.
     """
-    single_server = {
-        "BUNDLE": bundle,
-        "--log": log,
-        "--nvidia-smi": nvidia_smi,
-        "--dmesg": dmesg,
-        "--metrics": metrics,
-        "--launch": launch,
-        "--config": config,
-        "--html": html,
-    }
     if prometheus is not None:
+        single_server = {
+            "BUNDLE": bundle,
+            "--log": log,
+            "--nvidia-smi": nvidia_smi,
+            "--dmesg": dmesg,
+            "--metrics": metrics,
+            "--launch": launch,
+            "--config": config,
+            "--html": html,
+        }
         mixed = [name for name, value in single_server.items() if value]
         if mixed:
             fail(

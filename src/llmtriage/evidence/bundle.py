@@ -236,16 +236,9 @@ def _read_bundle(reader: _Reader, root: Path) -> None:
     metrics = _files(root / "metrics", ("*.prom", "*.txt"))
     for path in sorted(metrics, key=lambda p: (_scrape_time(p) or 0.0, p.name)):
         reader.metrics(path)
-    launch_file = root / "config" / "launch.txt"
-    if launch_file.is_file():
-        text = reader.text(launch_file)
-        if text is not None:
-            reader.launch_text("config/launch.txt", text)
-    env_file = root / "config" / "env.txt"
-    if env_file.is_file():
-        text = reader.text(env_file)
-        if text is not None:
-            reader.env_text("config/env.txt", text)
+    for name, read in (("config/launch.txt", reader.launch_text), ("config/env.txt", reader.env_text)):
+        if (root / name).is_file() and (text := reader.text(root / name)) is not None:
+            read(name, text)
     config_file = root / "config" / "config.json"
     if config_file.is_file():
         reader.model(config_file)
