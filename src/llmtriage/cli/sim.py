@@ -92,13 +92,11 @@ def sim(
         "max_num_batched_tokens",
         "enforce_eager",
         "kv_cache_dtype",
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
     ):
         if getattr(args, key) != getattr(defaults, key):
             non_default[key] = getattr(args, key)
-    if not enable_prefix_caching:
-        non_default["enable_prefix_caching"] = False
-    if not enable_chunked_prefill:
-        non_default["enable_chunked_prefill"] = False
     if served_model_name:
         non_default["served_model_name"] = [served_model_name]
     config = SimConfig(

@@ -52,6 +52,17 @@ def health_url(metrics_url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/health", "", ""))
 
 
+def health_status(base_url: str, timeout_s: float = 2.0) -> int | None:
+    """The HTTP status of GET ``base_url``/health; None when nothing answers."""
+    try:
+        with urllib.request.urlopen(base_url + "/health", timeout=timeout_s) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return None
+
+
 def healthy(url: str, timeout_s: float = 3.0) -> bool:
     """True when GET ``url`` answers 2xx."""
     try:

@@ -7,13 +7,12 @@ import shlex
 import shutil
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmtriage.errors import UnavailableError
+from llmtriage.evidence.live import health_status
 
 DEFAULT_IMAGE = "vllm/vllm-openai:latest"
 CONTAINER_PORT = 8000
@@ -90,12 +89,8 @@ class DockerContainer:
         """True once /health answers 200; False when the container exits first."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return True
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
+            if health_status(self.url) == 200:
+                return True
             if not self._running():
                 return False
             time.sleep(2)

@@ -80,18 +80,14 @@ class Outcome:
         }
 
 
-def _kind(target: Target) -> str:
-    return target.name
-
-
 def run_scenario(
     scenario: Scenario, target: Target, out: Path, progress: Callable[[str], None] = lambda _: None
 ) -> Outcome:
     """Run ``scenario`` on ``target`` into ``out/<scenario>/``."""
     started = time.monotonic()
-    plan = scenario.plan_for(_kind(target))
+    plan = scenario.plan_for(target.name)
     if plan is None:
-        reason = scenario.cannot_show.get(_kind(target), f"{scenario.name} has no plan for {target.name}")
+        reason = scenario.cannot_show.get(target.name, f"{scenario.name} has no plan for {target.name}")
         return Outcome(scenario.name, target.name, "skipped", None, reason=reason)
     if isinstance(target, UrlTarget) and len(plan.servers) != 1:
         reason = target.can_start() or ""

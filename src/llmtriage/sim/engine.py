@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from llmtriage.capacity import GpuSpec, ModelSpec
 from llmtriage.capacity.weights import active_params
 from llmtriage.sim.faults import Fault
-from llmtriage.sim.memory import GIB, EngineArgs, MemoryPlan
+from llmtriage.sim.memory import GIB, VLLM_SITE, VLLM_VERSION, EngineArgs, MemoryPlan
 from llmtriage.sim.metrics import SimMetrics
 from llmtriage.sim.vlog import VllmLog
 
@@ -27,6 +27,8 @@ STEP_OVERHEAD_GRAPHS_S = 0.0015
 STEP_OVERHEAD_EAGER_S = 0.004
 PER_SEQUENCE_OVERHEAD_S = 0.00002
 STATS_INTERVAL_S = 10.0
+# NVML's utilization.gpu: the share of this many simulated seconds the engine spent stepping.
+UTILIZATION_WINDOW_S = 1.0
 DEFAULT_OOM_RUNNING = 32
 # Below this a wall-clock sleep is not worth a timer; a loop behind the simulated clock still yields this often.
 MIN_SLEEP_S = 0.0005
@@ -160,7 +162,6 @@ class KvCache:
 class GpuState:
     """What the GPU looks like from NVML right now."""
 
-    busy_ratio: float = 0.0
     clock_ratio: float = 1.0
     reasons_mask: int = 0
     throttle_kind: str | None = None
@@ -183,7 +184,6 @@ class Engine:
         speed: float,
     ) -> None:
         self.model = model
-        self.gpu_spec = gpu
         self.args = args
         self.memory = memory
         self.metrics = metrics
@@ -329,9 +329,7 @@ class Engine:
         return True
 
     def _preempt(self, req: SimRequest) -> None:
-        self.kv.release(req.blocks)
-        req.blocks = []
-        req.computed = 0
+        self._detach(req)
         req.preemptions += 1
         self.metrics.preemptions.inc()
         self.waiting.appendleft(req)
@@ -396,6 +394,7 @@ class Engine:
             end = start + self.step_seconds(batch)
             await self._sleep_until(end)
             self._busy.append((start, end))
+            self._forget_busy_before(end - UTILIZATION_WINDOW_S)
             self._complete(batch, end)
             self._publish_gauges()
 
@@ -542,9 +541,8 @@ class Engine:
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
             "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
         )
-        site = "/usr/local/lib/python3.12/dist-packages/vllm"
         self.log.engine(
-            f"Dumping input data for V1 LLM engine (v0.32.0) with config: model='{self.model.name}', "
+            f"Dumping input data for V1 LLM engine (v{VLLM_VERSION}) with config: model='{self.model.name}', "
             f"max_seq_len={mem.max_model_len}, enforce_eager={self.args.enforce_eager}",
             where="dump_input.py:72",
             level="ERROR",
@@ -561,11 +559,21 @@ class Engine:
             "EngineCore",
             "core.py:1512",
             [
-                (f"{site}/v1/engine/core.py", 1503, "run_engine_core", "engine_core.run_busy_loop()"),
-                (f"{site}/v1/engine/core.py", 1544, "_process_engine_step", "outputs, model_executed = self.step_fn()"),
-                (f"{site}/v1/worker/gpu_model_runner.py", 3120, "execute_model", "hidden_states = self.model(...)"),
+                (f"{VLLM_SITE}/v1/engine/core.py", 1503, "run_engine_core", "engine_core.run_busy_loop()"),
                 (
-                    f"{site}/model_executor/layers/activation.py",
+                    f"{VLLM_SITE}/v1/engine/core.py",
+                    1544,
+                    "_process_engine_step",
+                    "outputs, model_executed = self.step_fn()",
+                ),
+                (
+                    f"{VLLM_SITE}/v1/worker/gpu_model_runner.py",
+                    3120,
+                    "execute_model",
+                    "hidden_states = self.model(...)",
+                ),
+                (
+                    f"{VLLM_SITE}/model_executor/layers/activation.py",
                     152,
                     "forward_cuda",
                     "out = torch.empty(output_shape, dtype=x.dtype, device=x.device)",
@@ -579,7 +587,7 @@ class Engine:
             "async_llm.py:906",
             [
                 (
-                    f"{site}/v1/engine/async_llm.py",
+                    f"{VLLM_SITE}/v1/engine/async_llm.py",
                     849,
                     "output_handler",
                     "outputs = await engine_core.get_output_async()",
@@ -604,14 +612,18 @@ class Engine:
 
     # ------------------------------------------------------------ periodic stats and telemetry
 
-    def busy_ratio(self, window_s: float = 1.0) -> float:
-        """Share of the last ``window_s`` simulated seconds spent stepping (NVML's utilization.gpu)."""
+    def busy_ratio(self) -> float:
+        """Share of the last simulated second spent stepping (NVML's utilization.gpu)."""
         now = self.now()
-        horizon = now - window_s
+        horizon = now - UTILIZATION_WINDOW_S
+        self._forget_busy_before(horizon)
+        busy = sum(min(end, now) - max(start, horizon) for start, end in self._busy if end > horizon)
+        return max(0.0, min(1.0, busy / UTILIZATION_WINDOW_S))
+
+    def _forget_busy_before(self, horizon: float) -> None:
+        """Drop steps that ended before ``horizon``: the record stays one window long, polled or not."""
         while self._busy and self._busy[0][1] < horizon:
             self._busy.popleft()
-        busy = sum(min(end, now) - max(start, horizon) for start, end in self._busy if end > horizon)
-        return max(0.0, min(1.0, busy / window_s))
 
     async def log_stats(self) -> None:
         """vLLM's periodic stats line, every 10 simulated seconds while there is work or activity."""

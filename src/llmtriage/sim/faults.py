@@ -3,7 +3,7 @@
 | fault | effect |
 | --- | --- |
 | ``other-process:memory_gib=G`` | another process holds G GiB: at onset 0 the free-memory check fails at startup; later it shares the GPU (memory, bandwidth) |
-| ``runtime-oom[:running=N][,batch_tokens=T]`` | the engine dies with a CUDA OOM when N requests run or a step schedules T tokens; without thresholds, when a step's activations outgrow the memory left outside the budget |
+| ``runtime-oom[:running=N][,batch_tokens=T]`` | the engine dies with a CUDA OOM when N requests run (default 32) or a step schedules T tokens |
 | ``throttle:kind=power|thermal[,clock=0.6]`` | SM clocks drop to `clock` of max, clocks event reasons set, steps slow down |
 | ``contention[:memory_gib=G][,share=0.5]`` | another process on the GPU: memory used and a `share` of its bandwidth/compute left |
 | ``stall`` | the engine stops stepping; /health still answers (a hung collective) |

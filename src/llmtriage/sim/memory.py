@@ -13,6 +13,8 @@ from llmtriage.capacity import FitRequest, FitResult, GpuSpec, LaunchSettings, M
 
 GIB = float(2**30)
 VLLM_VERSION = "0.32.0"
+# Where vLLM's files live in its image: the paths of the tracebacks the sim prints.
+VLLM_SITE = "/usr/local/lib/python3.12/dist-packages/vllm"
 
 
 @dataclass(frozen=True, slots=True)

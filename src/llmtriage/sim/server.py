@@ -22,11 +22,10 @@ from llmtriage.capacity.gpu import find_gpu
 from llmtriage.sim import text
 from llmtriage.sim.engine import Engine, SimRequest, TokenStream
 from llmtriage.sim.faults import Fault
-from llmtriage.sim.memory import VLLM_VERSION, EngineArgs, MemoryPlan, plan
+from llmtriage.sim.memory import VLLM_SITE, VLLM_VERSION, EngineArgs, MemoryPlan, plan
 from llmtriage.sim.metrics import SimMetrics
 from llmtriage.sim.vlog import VllmLog
 
-SITE = "/usr/local/lib/python3.12/dist-packages/vllm"
 SM_CLOCK_MAX_MHZ = 1980.0
 DEFAULT_TDP_W = 400.0
 IDLE_POWER_SHARE = 0.1
@@ -186,7 +185,7 @@ class SimServer:
         message = self.memory.error_message or ""
         for line in (
             "Traceback (most recent call last):",
-            f'  File "{SITE}/engine/arg_utils.py", line 1955, in create_model_config',
+            f'  File "{VLLM_SITE}/engine/arg_utils.py", line 1955, in create_model_config',
             "    return ModelConfig(",
             "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
             f"  Value error, {message} [type=value_error, input_value=ArgsKwargs((), {{...}}), input_type=ArgsKwargs]",
@@ -202,19 +201,24 @@ class SimServer:
             "EngineCore",
             "core.py:1510",
             [
-                (f"{SITE}/v1/engine/core.py", 1482, "run_engine_core", "engine_core = EngineCoreProc(*args, **kwargs)"),
                 (
-                    f"{SITE}/v1/engine/core.py",
+                    f"{VLLM_SITE}/v1/engine/core.py",
+                    1482,
+                    "run_engine_core",
+                    "engine_core = EngineCoreProc(*args, **kwargs)",
+                ),
+                (
+                    f"{VLLM_SITE}/v1/engine/core.py",
                     157,
                     "__init__",
                     "kv_cache_config = self._initialize_kv_caches(vllm_config)",
                 ),
-                (f"{SITE}/v1/{module}", 1030, function, f"raise {exc}("),
+                (f"{VLLM_SITE}/v1/{module}", 1030, function, f"raise {exc}("),
             ],
             f"{exc}: {message}",
         )
         log.raw("Traceback (most recent call last):")
-        log.raw(f'  File "{SITE}/v1/engine/utils.py", line 1431, in wait_for_engine_startup')
+        log.raw(f'  File "{VLLM_SITE}/v1/engine/utils.py", line 1431, in wait_for_engine_startup')
         log.raw("    raise RuntimeError(")
         log.raw("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
         self.exit_code = 1
@@ -314,8 +318,7 @@ class SimServer:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
                 raise BadRequest("messages must be a non-empty list of objects.", param="messages")
-            rendered = text.render_chat(messages)
-            return rendered, text.chat_prompt_tokens(messages)
+            return text.render_chat_prompt(messages)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             return " ".join(map(str, prompt)), len(prompt)
@@ -566,7 +569,7 @@ class SimServer:
             sock.close()
             if e.errno == errno.EADDRINUSE:
                 self.log.raw("Traceback (most recent call last):")
-                self.log.raw(f'  File "{SITE}/entrypoints/launchers/api_server/entry.py", line 171, in run_server')
+                self.log.raw(f'  File "{VLLM_SITE}/entrypoints/launchers/api_server/entry.py", line 171, in run_server')
                 self.log.raw("    sock = create_server_socket(listen_address)")
                 self.log.raw("OSError: [Errno 98] Address already in use")
             else:

@@ -194,10 +194,11 @@ def render_chat(messages: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def chat_prompt_tokens(messages: list[dict[str, Any]]) -> int:
-    """Tokens of a chat request: the contents plus the template's per-message and reply overhead."""
+def render_chat_prompt(messages: list[dict[str, Any]]) -> tuple[str, int]:
+    """The rendered chat prompt and its tokens: the contents plus the template's per-message and reply overhead."""
     rendered = render_chat(messages)
-    return count_prompt_tokens(rendered) + CHAT_TOKENS_PER_MESSAGE * len(messages) + CHAT_TOKENS_PER_REPLY
+    tokens = count_prompt_tokens(rendered) + CHAT_TOKENS_PER_MESSAGE * len(messages) + CHAT_TOKENS_PER_REPLY
+    return rendered, tokens
 
 
 def block_hashes(text: str, prompt_tokens: int, block_size: int) -> tuple[int, ...]:
