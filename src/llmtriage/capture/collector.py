@@ -20,8 +20,11 @@ from llmtriage.capture.fetch import Fetcher
 from llmtriage.capture.manifest import CommandRow, FileRow, SourceRow, Status
 from llmtriage.capture.nvml import Nvml
 from llmtriage.capture.plan import CapturePlan
-from llmtriage.capture.runner import CommandResult, CommandRunner, Limits
+from llmtriage.capture.runner import CommandResult, CommandRunner, Limits, last_line
 from llmtriage.capture.writer import BundleWriter
+
+NO_JOURNAL_ENTRIES = "-- No entries --"
+"""What journalctl prints on stdout when nothing matched (exit 0)."""
 
 
 class Failed(Exception):
@@ -109,7 +112,7 @@ class Context:
         """Run a command through the runner and add its row (argv redacted) to ``row``. A ``looping`` command
         (``nvidia-smi -lms``) runs until its time limit by design: reaching it is not a failure."""
         result = self.runner.run(argv, limits, self.stop, merge_stderr=merge_stderr)
-        usable = result.ok or (result.start_error is None and (result.truncated or (looping and result.timed_out)))
+        usable = result.usable or (looping and result.timed_out)
         row.commands.append(
             CommandRow(
                 argv=self.writer.redactor.redact_argv(argv),
@@ -178,8 +181,8 @@ class Collector(ABC):
 
 def _stderr_note(result: CommandResult) -> str:
     """What a command that succeeded still said on stderr (journalctl's hints, warnings): its last line."""
-    lines = [ln.strip() for ln in decode(result.stderr).splitlines() if ln.strip()]
-    return f"stderr: {lines[-1][:300]}" if lines else ""
+    line = last_line(result.stderr)
+    return f"stderr: {line}" if line else ""
 
 
 def tail_lines(data: bytes, max_lines: int, cut_start: bool) -> bytes:

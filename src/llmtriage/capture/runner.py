@@ -50,6 +50,11 @@ class CommandResult:
         """True when it ran to the end and exited 0."""
         return self.exit_code == 0 and not self.timed_out and not self.interrupted
 
+    @property
+    def usable(self) -> bool:
+        """Its output can be kept: it exited 0, or it was cut at the output cap (which only a started command is)."""
+        return self.ok or self.truncated
+
     def why(self) -> str:
         """Why it failed (or what ended it), in one line."""
         if self.start_error is not None:
@@ -58,12 +63,13 @@ class CommandResult:
             return "stopped: the capture was interrupted"
         if self.timed_out:
             return f"timed out after {self.duration_s:.1f} s"
-        detail = _last_line(self.stderr) or _last_line(self.stdout)
+        detail = last_line(self.stderr) or last_line(self.stdout)
         code = f"exit code {self.exit_code}"
         return f"{code}: {detail}" if detail else code
 
 
-def _last_line(data: bytes) -> str:
+def last_line(data: bytes) -> str:
+    """The last non-blank line of a command's output, stripped, at most 300 characters."""
     lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
 

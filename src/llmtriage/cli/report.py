@@ -16,27 +16,12 @@ from llmtriage.cli.runbook import consult_runbook
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import ExitCode, NothingReadableError, UsageError
-from llmtriage.evidence.bundle import MAX_TEXT_BYTES, read_evidence
+from llmtriage.evidence.bundle import read_capped, read_evidence
 from llmtriage.facts import Evidence, Problem
 from llmtriage.report import html as html_report
 from llmtriage.report.bench import BenchRun, read_bench
 
 BENCH_DIR = "bench"
-
-
-def _read_capped(path: Path, name: str, problems: list[Problem]) -> str | None:
-    if not path.is_file():
-        return None
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_TEXT_BYTES + 1)
-    except OSError as e:
-        problems.append(Problem(name, f"cannot read: {e.strerror or e}"))
-        return None
-    if len(data) > MAX_TEXT_BYTES:
-        problems.append(Problem(name, f"larger than {MAX_TEXT_BYTES >> 20} MiB; only the start was read"))
-        data = data[:MAX_TEXT_BYTES]
-    return data.decode("utf-8", "replace")
 
 
 def bench_run(bundle: Path | None) -> BenchRun | None:
@@ -45,7 +30,9 @@ def bench_run(bundle: Path | None) -> BenchRun | None:
         return None
     problems: list[Problem] = []
     names = (f"{BENCH_DIR}/{RESULT_JSON}", f"{BENCH_DIR}/{REQUESTS_CSV}")
-    result_text, requests_text = (_read_capped(bundle / name, name, problems) for name in names)
+    result_text, requests_text = (
+        read_capped(bundle / name, name, problems) if (bundle / name).is_file() else None for name in names
+    )
     run = read_bench(result_text, names[0], requests_text, names[1])
     if run is not None:
         run.problems[:0] = problems

@@ -25,6 +25,7 @@ from llmtriage.facts import (
     StatsPoint,
 )
 from llmtriage.parse import prom
+from llmtriage.parse.logs import LIFECYCLE_PHASES
 
 STARTUP_PHASES = frozenset(
     {
@@ -38,7 +39,6 @@ STARTUP_PHASES = frozenset(
         "server_bind",
     }
 )
-LIFECYCLE_PHASES = frozenset({"weights_load", "profile_run", "kv_alloc", "cuda_graph_capture"})
 FATAL_FAMILIES = frozenset(
     {"oom", "config", "model_path", "bind", "distributed", "driver", "hardware", "kernel", "killed"}
 )

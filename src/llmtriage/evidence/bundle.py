@@ -42,6 +42,20 @@ class LooseFiles:
     model_config: Path | None = None
 
 
+def read_capped(path: Path, name: str, problems: list[Problem]) -> str | None:
+    """The text of ``path`` up to MAX_TEXT_BYTES; why not, or that it was cut, goes into ``problems`` as ``name``."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_TEXT_BYTES + 1)
+    except OSError as e:
+        problems.append(Problem(name, f"cannot read: {e.strerror or e}"))
+        return None
+    if len(data) > MAX_TEXT_BYTES:
+        problems.append(Problem(name, f"larger than {MAX_TEXT_BYTES >> 20} MiB; only the start was read"))
+        data = data[:MAX_TEXT_BYTES]
+    return data.decode("utf-8", "replace")
+
+
 class _Reader:
     def __init__(self, root: Path | None, evidence: Evidence) -> None:
         self.root = root
@@ -56,18 +70,7 @@ class _Reader:
         return str(path)
 
     def text(self, path: Path) -> str | None:
-        try:
-            with path.open("rb") as f:
-                data = f.read(MAX_TEXT_BYTES + 1)
-        except OSError as e:
-            self.evidence.problems.append(Problem(self.name(path), f"cannot read: {e.strerror or e}"))
-            return None
-        if len(data) > MAX_TEXT_BYTES:
-            self.evidence.problems.append(
-                Problem(self.name(path), f"larger than {MAX_TEXT_BYTES >> 20} MiB; only the start was read")
-            )
-            data = data[:MAX_TEXT_BYTES]
-        return data.decode("utf-8", "replace")
+        return read_capped(path, self.name(path), self.evidence.problems)
 
     def log(self, path: Path) -> None:
         facts = self.evidence.logs or LogFacts()
@@ -141,11 +144,11 @@ class _Reader:
         self.evidence.kernel = facts
         self.evidence.read.append(name)
 
-    def metrics(self, path: Path) -> None:
+    def metrics(self, path: Path, timestamp_s: float | None) -> None:
         text = self.text(path)
         if text is None:
             return
-        self.metrics_text(self.name(path), text, _scrape_time(path))
+        self.metrics_text(self.name(path), text, timestamp_s)
 
     def metrics_text(self, name: str, text: str, timestamp_s: float | None) -> None:
         snapshot, problems = prom.parse_metrics(text, name, timestamp_s)
@@ -234,8 +237,8 @@ def _read_bundle(reader: _Reader, root: Path) -> None:
     for path in _files(root / "kernel", ("*",)):
         reader.kernel(path)
     metrics = _files(root / "metrics", ("*.prom", "*.txt"))
-    for path in sorted(metrics, key=lambda p: (_scrape_time(p) or 0.0, p.name)):
-        reader.metrics(path)
+    for timestamp_s, path in sorted(((_scrape_time(p), p) for p in metrics), key=lambda t: (t[0] or 0.0, t[1].name)):
+        reader.metrics(path, timestamp_s)
     for name, read in (("config/launch.txt", reader.launch_text), ("config/env.txt", reader.env_text)):
         if (root / name).is_file() and (text := reader.text(root / name)) is not None:
             read(name, text)
@@ -261,7 +264,7 @@ def _read_loose(reader: _Reader, files: LooseFiles) -> None:
     for path in files.dmesg:
         reader.kernel(path)
     for path in files.metrics:
-        reader.metrics(path)
+        reader.metrics(path, _scrape_time(path))
     for name, text, timestamp_s in files.metrics_texts:
         reader.metrics_text(name, text, timestamp_s)
     if files.launch is not None:
@@ -291,17 +294,6 @@ def _fold_log_hints(evidence: Evidence) -> None:
     facts = evidence.logs
     if facts is None or not facts.launch_hints:
         return
-    config = evidence.launch
-    if config is None:
-        config = launch.parse_launch("", "server log")
-        evidence.launch = config
-    config.engine = config.engine or facts.engine
-    args = facts.launch_hints.get("args_dict")
-    if args is not None:
-        launch.merge_args_dict(config, args, facts.launch_hint_citations["args_dict"])
-    max_len = facts.launch_hints.get("max_model_len")
-    if config.max_model_len is None and max_len is not None and max_len.isdigit():
-        config.max_model_len = int(max_len)
-        config.citations["max_model_len"] = facts.launch_hint_citations["max_model_len"]
-    if config.engine is None:
-        config.engine = facts.engine
+    if evidence.launch is None:
+        evidence.launch = launch.parse_launch("", "server log")
+    launch.fold_log_hints(evidence.launch, facts)

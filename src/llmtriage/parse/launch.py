@@ -15,7 +15,7 @@ import shlex
 from typing import Any
 
 from llmtriage import catalog
-from llmtriage.facts import Citation, LaunchConfig
+from llmtriage.facts import Citation, LaunchConfig, LogFacts
 
 _ENV_ASSIGN = re.compile(r"^(?P<key>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$")
 _KWARG = re.compile(r"^(?P<key>[a-z][a-z0-9_]*)=(?P<value>[^,()]+?)[,)]*$")
@@ -160,3 +160,15 @@ def merge_args_dict(config: LaunchConfig, args_repr: str, citation: Citation) ->
         except ValueError:
             continue
         config.citations[option.field] = citation
+
+
+def fold_log_hints(config: LaunchConfig, facts: LogFacts) -> None:
+    """Fill what ``config`` does not say from the launch arguments the server printed in its log."""
+    config.engine = config.engine or facts.engine
+    args = facts.launch_hints.get("args_dict")
+    if args is not None:
+        merge_args_dict(config, args, facts.launch_hint_citations["args_dict"])
+    max_len = facts.launch_hints.get("max_model_len")
+    if config.max_model_len is None and max_len is not None and max_len.isdigit():
+        config.max_model_len = int(max_len)
+        config.citations["max_model_len"] = facts.launch_hint_citations["max_model_len"]

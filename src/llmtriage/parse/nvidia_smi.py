@@ -204,6 +204,7 @@ def parse_query(text: str, source: str) -> QueryFacts:
 def query_samples(facts: QueryFacts, source: str) -> list[GpuSample]:
     """GPU samples from the memory, clock, power and temperature sections of a ``-q`` output."""
     samples = []
+    active_reasons = facts.active_reasons()
     for index, gpu in enumerate(facts.gpus):
         used = gpu.get("FB Memory Usage/Used")
         total = gpu.get("FB Memory Usage/Total")
@@ -214,7 +215,7 @@ def query_samples(facts: QueryFacts, source: str) -> list[GpuSample]:
         )
         limit = gpu.get("GPU Power Readings/Current Power Limit", "Power Readings/Power Limit")
         temp = gpu.get("Temperature/GPU Current Temp")
-        reasons = facts.active_reasons().get(index)
+        reasons = active_reasons.get(index)
         line = min(gpu.lines.values()) if gpu.lines else None
         samples.append(
             GpuSample(

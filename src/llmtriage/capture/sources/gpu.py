@@ -32,7 +32,7 @@ class _NvidiaSmiOnce(Collector):
     def collect(self, ctx: Context, row: SourceRow) -> None:
         """Run it; keep the output."""
         result = ctx.run(row, self.argv, self.limits)
-        if not (result.ok or result.truncated):
+        if not result.usable:
             raise Failed(result.why())
         ctx.write(row, self.path, decode(result.stdout))
 
@@ -147,7 +147,7 @@ class GpuSamples(Collector):
                 break
             fields = replaced
         ended_by_design = bool(loop) and (result.timed_out or result.interrupted)
-        if not (result.ok or result.truncated or (ended_by_design and result.stdout)):
+        if not (result.usable or (ended_by_design and result.stdout)):
             raise Failed(result.why())
         samples = decode(result.stdout)
         row.samples = max(len(samples.splitlines()) - 1, 0)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from llmtriage.capture.collector import Collector, Context, Failed, Skip, decode
+from llmtriage.capture.collector import NO_JOURNAL_ENTRIES, Collector, Context, Failed, Skip, decode
 from llmtriage.capture.manifest import SourceRow
 from llmtriage.capture.plan import CapturePlan
 from llmtriage.capture.runner import Limits
 
-_NO_JOURNAL_ENTRIES = "-- No entries --"
 JOURNAL_KERNEL_LINES = 20_000
 
 
@@ -37,9 +36,9 @@ class KernelMessages(Collector):
         for argv in attempts:
             result = ctx.run(row, argv, self.limits)
             text = decode(result.stdout)
-            if not (result.ok or result.truncated):
+            if not result.usable:
                 reasons.append(f"{' '.join(argv[:2])}: {result.why()}")
-            elif text.strip() in ("", _NO_JOURNAL_ENTRIES):
+            elif text.strip() in ("", NO_JOURNAL_ENTRIES):
                 detail = decode(result.stderr).strip()
                 reasons.append(f"{' '.join(argv[:2])}: no messages" + (f" ({detail})" if detail else ""))
             else:

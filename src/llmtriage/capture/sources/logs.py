@@ -7,13 +7,21 @@ import stat
 from pathlib import Path
 from typing import ClassVar
 
-from llmtriage.capture.collector import Collector, Context, Failed, Skip, Skipped, decode, tail_lines
+from llmtriage.capture.collector import (
+    NO_JOURNAL_ENTRIES,
+    Collector,
+    Context,
+    Failed,
+    Skip,
+    Skipped,
+    decode,
+    tail_lines,
+)
 from llmtriage.capture.manifest import SourceRow
 from llmtriage.capture.plan import CapturePlan, Container, JournalUnit, LogFile, Process, safe_name
 from llmtriage.capture.runner import Limits
 
 _LOG_LIMITS = Limits(timeout_s=30.0, max_bytes=64 << 20)
-_NO_JOURNAL_ENTRIES = "-- No entries --"
 
 
 def _keep(ctx: Context, row: SourceRow, rel: str, data: bytes) -> None:
@@ -40,7 +48,7 @@ class DockerLogs(Collector):
         name = ctx.plan.target.name
         argv = ["docker", "logs", "--tail", str(ctx.plan.log_tail_lines), "--timestamps", name]
         result = ctx.run(row, argv, self.limits, merge_stderr=True)
-        if not (result.ok or result.truncated):
+        if not result.usable:
             raise Failed(result.why())
         _keep(ctx, row, f"logs/docker-{safe_name(name)}.log", result.stdout)
 
@@ -81,9 +89,9 @@ class JournalLogs(Collector):
         unit = ctx.plan.target.unit
         argv = ["journalctl", "-u", unit, "--no-pager", "-o", "short-iso", "-n", str(ctx.plan.log_tail_lines)]
         result = ctx.run(row, argv, self.limits)
-        if not (result.ok or result.truncated):
+        if not result.usable:
             raise Failed(result.why())
-        if decode(result.stdout).strip() == _NO_JOURNAL_ENTRIES:
+        if decode(result.stdout).strip() == NO_JOURNAL_ENTRIES:
             detail = decode(result.stderr).strip()
             raise Failed(f"no journal entries for {unit}" + (f" ({detail})" if detail else ""))
         _keep(ctx, row, f"logs/journal-{safe_name(unit)}.log", result.stdout)

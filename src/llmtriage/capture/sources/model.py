@@ -62,7 +62,5 @@ def _model(ctx: Context) -> str | None:
     if config.model is None and ctx.scene.log_text:
         facts = LogFacts()
         logs.read_log(io.BytesIO(ctx.scene.log_text.encode("utf-8")), "log", facts)
-        args = facts.launch_hints.get("args_dict")
-        if args is not None:
-            launch.merge_args_dict(config, args, facts.launch_hint_citations["args_dict"])
+        launch.fold_log_hints(config, facts)
     return config.model
