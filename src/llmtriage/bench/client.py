@@ -18,15 +18,14 @@ from types import SimpleNamespace
 import aiohttp
 
 from llmtriage.bench.model import INTERRUPTED, PlannedRequest, RequestRecord
-from llmtriage.bench.sse import StreamParser
+from llmtriage.bench.sse import StreamParser, clip
 
 MAX_ERROR_BODY_BYTES = 4096
 _MESSAGE_CHARS = 200
 
 
 def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
+    return clip(" ".join(text.split()), _MESSAGE_CHARS)
 
 
 def error_message(body: bytes) -> str:
@@ -57,7 +56,7 @@ class _Timing:
         self.wire: float | None = None
         self.first_byte: float | None = None
         self.status: int | None = None
-        self.parser: StreamParser | None = None
+        self.parser = StreamParser()
 
 
 async def _on_chunk_sent(
@@ -117,13 +116,13 @@ async def send(
         scheduled_s=scheduled_s - origin_s,
         sent_s=sent - origin_s,
         first_byte_s=None if timing.first_byte is None else timing.first_byte - origin_s,
-        first_token_s=None if parser is None or parser.first_token_s is None else parser.first_token_s - origin_s,
+        first_token_s=None if parser.first_token_s is None else parser.first_token_s - origin_s,
         end_s=end - origin_s,
-        itl_ms=() if parser is None else tuple(gap * 1000.0 for gap in parser.gaps_s),
-        output_tokens_client=0 if parser is None else parser.tokens,
-        output_tokens_server=None if parser is None else parser.usage_tokens,
-        prompt_tokens_server=None if parser is None else parser.prompt_tokens,
-        finish_reason=None if parser is None else parser.finish_reason,
+        itl_ms=tuple(gap * 1000.0 for gap in parser.gaps_s),
+        output_tokens_client=parser.tokens,
+        output_tokens_server=parser.usage_tokens,
+        prompt_tokens_server=parser.prompt_tokens,
+        finish_reason=parser.finish_reason,
         status=timing.status,
         error_kind=kind,
         error=message,
@@ -146,7 +145,7 @@ async def _exchange(
             body = await response.content.read(MAX_ERROR_BODY_BYTES)
             shown = content_type or "no content type"
             return "not_sse", _short(f"expected text/event-stream, got {shown}: {error_message(body)}"), perf_counter()
-        parser = timing.parser = StreamParser()
+        parser = timing.parser
         feed, read = parser.feed, response.content.readany
         end = timing.first_byte
         while chunk := await read():

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from llmtriage.bench.result import number_at
+
 NOISE_RATIO = 0.02
 """Changes smaller than this share of A's value are shown as unchanged."""
 
@@ -91,11 +93,6 @@ def _get(data: Any, path: tuple[str, ...]) -> Any:
     return data
 
 
-def _number(data: Any, path: tuple[str, ...]) -> float | None:
-    value = _get(data, path)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _verdict(figure: Figure, a: float | None, b: float | None) -> str:
     if a is None or b is None:
         return "n/a"
@@ -110,7 +107,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
     """Compare result documents ``a`` (before) and ``b`` (after)."""
     changes = []
     for figure in FIGURES:
-        va, vb = _number(a, figure.path), _number(b, figure.path)
+        va, vb = number_at(a, *figure.path), number_at(b, *figure.path)
         delta = None if va is None or vb is None else vb - va
         ratio = None if delta is None or not va else delta / abs(va)
         changes.append(Change(figure, va, vb, delta, ratio, _verdict(figure, va, vb)))

@@ -89,7 +89,7 @@ def _latency_table(result: BenchResult) -> Table:
             _n(v, digits) for v in (stats.mean, stats.p50, stats.p90, stats.p95, stats.p99, stats.max)
         ]
         if with_server:
-            cells += [_n(None if theirs is None else v, digits) for v in _server_cells(theirs)]
+            cells += [_n(v, digits) for v in _server_cells(theirs)]
         table.add_row(*cells)
 
     row("TTFT", s.ttft_ms, None if server is None else server.ttft_ms)

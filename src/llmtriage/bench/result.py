@@ -21,7 +21,7 @@ from llmtriage import __version__
 from llmtriage.bench.model import RequestRecord, RunOutcome
 from llmtriage.bench.plan import public_url
 from llmtriage.bench.server_metrics import ServerFigures, server_figures
-from llmtriage.bench.summary import Stats, Summary, summarize
+from llmtriage.bench.summary import Summary, summarize
 from llmtriage.errors import UsageError
 from llmtriage.facts import BenchFigures, Citation, Problem
 
@@ -84,10 +84,6 @@ def _iso(epoch_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
 
 
-def _stats(stats: Stats | None) -> dict[str, Any] | None:
-    return None if stats is None else dataclasses.asdict(stats)
-
-
 def to_dict(result: BenchResult) -> dict[str, Any]:
     """``result.json``: the stable, documented JSON form."""
     outcome, s, config = result.outcome, result.summary, result.outcome.config
@@ -142,12 +138,12 @@ def to_dict(result: BenchResult) -> dict[str, Any]:
             "requested_rate_per_s": s.requested_rate_per_s,
             "scheduled_rate_per_s": s.scheduled_rate_per_s,
             "achieved_rate_per_s": s.achieved_rate_per_s,
-            "ttft_ms": _stats(s.ttft_ms),
-            "tpot_ms": _stats(s.tpot_ms),
-            "itl_ms": _stats(s.itl_ms),
-            "e2e_ms": _stats(s.e2e_ms),
-            "queue_ms": _stats(s.queue_ms),
-            "first_byte_ms": _stats(s.first_byte_ms),
+            "ttft_ms": dataclasses.asdict(s.ttft_ms),
+            "tpot_ms": dataclasses.asdict(s.tpot_ms),
+            "itl_ms": dataclasses.asdict(s.itl_ms),
+            "e2e_ms": dataclasses.asdict(s.e2e_ms),
+            "queue_ms": dataclasses.asdict(s.queue_ms),
+            "first_byte_ms": dataclasses.asdict(s.first_byte_ms),
             "output_tokens": {
                 "total": s.output_tokens_total,
                 "server_reported_total": s.output_tokens_server_total,
@@ -162,7 +158,7 @@ def to_dict(result: BenchResult) -> dict[str, Any]:
         "warnings": [dataclasses.asdict(w) for w in s.warnings],
         "client": {
             "workers": s.client.workers,
-            "loop_lag_ms": _stats(s.client.loop_lag_ms),
+            "loop_lag_ms": dataclasses.asdict(s.client.loop_lag_ms),
             "cpu_busy_ratio": list(s.client.cpu_busy_ratio),
             "cpu_s": list(s.client.cpu_s),
             "coordinator_cpu_s": s.client.coordinator_cpu_s,
@@ -222,7 +218,8 @@ def load(text: str, source: str) -> dict[str, Any]:
     return data
 
 
-def _number(data: Any, *path: str) -> float | None:
+def number_at(data: Any, *path: str) -> float | None:
+    """The number at ``path`` in parsed JSON (booleans are not numbers); None when it is missing or not one."""
     for key in path:
         if not isinstance(data, dict):
             return None
@@ -258,7 +255,7 @@ def bench_figures(text: str, source: str) -> tuple[BenchFigures | None, list[Pro
         problems.append(Problem(source, f"schema_version {data.get('schema_version')!r}; read as {SCHEMA_VERSION}"))
     figures = BenchFigures()
     for name, path in _FIGURES.items():
-        value = _number(summary, *path)
+        value = number_at(summary, *path)
         if value is not None:
             setattr(figures, name, value)
             figures.citations[name] = Citation(source=source, metric="summary." + ".".join(path), value=value)

@@ -13,6 +13,7 @@ The parent lists the model, scrapes /metrics before, during and after, reports p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import multiprocessing
@@ -30,7 +31,15 @@ import aiohttp
 
 from llmtriage import aio
 from llmtriage.bench.client import error_message, send, wire_trace
-from llmtriage.bench.model import INTERRUPTED, BenchConfig, RawScrape, RequestRecord, RunOutcome, WorkerReport
+from llmtriage.bench.model import (
+    INTERRUPTED,
+    BenchConfig,
+    PlannedRequest,
+    RawScrape,
+    RequestRecord,
+    RunOutcome,
+    WorkerReport,
+)
 from llmtriage.bench.plan import RequestFactory, arrival_offsets_s, public_url, share
 from llmtriage.errors import UnavailableError
 
@@ -207,8 +216,7 @@ class _Load:
     def _warmup(self, index: int, offset_s: float) -> bool:
         return index < self.config.warmup_requests or offset_s < self.config.warmup_s
 
-    async def _send(self, session: aiohttp.ClientSession, index: int, warmup: bool, scheduled: float) -> None:
-        planned = self.factory.make(index, warmup)
+    async def _send(self, session: aiohttp.ClientSession, planned: PlannedRequest, scheduled: float) -> None:
         self.counts.sent += 1
         record = await send(session, self.url, planned, self.headers, self.origin, scheduled)
         self.records.append(record)
@@ -236,7 +244,7 @@ class _Load:
                     if left <= 0:
                         return
                     left -= 1
-                await self._send(session, index, warmup, now)
+                await self._send(session, self.factory.make(index, warmup), now)
 
         for _ in range(share(config.concurrency or 1, self.worker, self.workers)):
             self._spawn(slot())
@@ -250,12 +258,9 @@ class _Load:
         slots = None if cap is None else asyncio.Semaphore(cap)
         total = None if config.requests is None else config.warmup_requests + config.requests
 
-        async def one(index: int, warmup: bool, scheduled: float) -> None:
-            if slots is None:
-                await self._send(session, index, warmup, scheduled)
-                return
-            async with slots:
-                await self._send(session, index, warmup, scheduled)
+        async def one(planned: PlannedRequest, scheduled: float) -> None:
+            async with slots or contextlib.nullcontext():
+                await self._send(session, planned, scheduled)
 
         for index, offset in enumerate(arrival_offsets_s(config)):
             scheduled = self.origin + offset
@@ -263,10 +268,11 @@ class _Load:
                 break
             if index % self.workers != self.worker:
                 continue
+            planned = self.factory.make(index, self._warmup(index, offset))  # built ahead: sent on time
             await aio.sleep_until(scheduled)
             if self.stopping:
                 return
-            self._spawn(one(index, self._warmup(index, offset), scheduled))
+            self._spawn(one(planned, scheduled))
         while self.tasks:
             await asyncio.wait(set(self.tasks))
 
@@ -360,7 +366,7 @@ async def _worker_main(conn: Connection, config: BenchConfig, worker: int, worke
     try:
         report = await drive(config, worker, workers, origin, stop, counts)
     except Exception as e:  # isolate one worker: its failure is reported, the others carry on
-        report = WorkerReport(worker, (), (), 0.0, 0.0, error=f"failed: {type(e).__name__}: {e}")
+        report = _lost(worker, f"failed: {type(e).__name__}: {e}")
     reporter.cancel()
     await asyncio.wait({reporter})
     conn.send(("counts", counts))

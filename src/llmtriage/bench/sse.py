@@ -38,9 +38,9 @@ def _loads(payload: bytes) -> Any:
     return value
 
 
-def _excerpt(data: bytes) -> str:
-    text = data.decode("utf-8", "replace").strip()
-    return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 1] + "…"
+def clip(text: str, chars: int) -> str:
+    """``text`` cut to ``chars`` characters, the last an ellipsis when it was cut."""
+    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
 class StreamParser:
@@ -114,7 +114,9 @@ class StreamParser:
         obj = _loads(payload)
         if not isinstance(obj, dict):
             self.malformed += 1
-            self.malformed_excerpt = self.malformed_excerpt or _excerpt(payload)
+            self.malformed_excerpt = self.malformed_excerpt or clip(
+                payload.decode("utf-8", "replace").strip(), _EXCERPT_CHARS
+            )
             return
         choices = obj.get("choices")
         if choices and isinstance(choices, list) and isinstance(choice := choices[0], dict):
@@ -149,7 +151,7 @@ class StreamParser:
                 self.prompt_tokens = prompt
         if (error := obj.get("error")) is not None:
             message = error.get("message") if isinstance(error, dict) else error
-            self.error = _excerpt(str(message).encode())
+            self.error = clip(str(message).strip(), _EXCERPT_CHARS)
 
     @property
     def finished(self) -> bool:

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmtriage.bench.result import number_at
 from llmtriage.bench.summary import Stats
 from llmtriage.facts import Problem
 
@@ -43,10 +44,6 @@ class BenchRun:
     problems: list[Problem] = field(default_factory=list)
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _object(data: dict[str, Any], key: str) -> dict[str, Any]:
     value = data.get(key)
     return value if isinstance(value, dict) else {}
@@ -66,16 +63,16 @@ def _read_result(text: str, source: str, run: BenchRun) -> None:
     run.label = label if isinstance(label, str) else None
     load = config.get("load")
     if isinstance(load, str):
-        concurrency, rate = _number(config.get("concurrency")), _number(config.get("request_rate_per_s"))
+        concurrency, rate = number_at(config, "concurrency"), number_at(config, "request_rate_per_s")
         detail = f"concurrency {concurrency:g}" if load == "closed" and concurrency else None
         if load == "open" and rate:
             detail = f"{rate:g} requests/s"
         run.load = f"{load} loop" + (f", {detail}" if detail else "")
     requests = _object(summary, "requests")
-    completed, failed = _number(requests.get("completed")), _number(requests.get("failed"))
+    completed, failed = number_at(requests, "completed"), number_at(requests, "failed")
     run.requests_completed = None if completed is None else int(completed)
     run.requests_failed = None if failed is None else int(failed)
-    run.output_token_throughput_per_s = _number(summary.get("output_token_throughput_per_s"))
+    run.output_token_throughput_per_s = number_at(summary, "output_token_throughput_per_s")
 
 
 def _read_requests(text: str, source: str, run: BenchRun) -> None:
