@@ -111,6 +111,10 @@ def test_error_object_in_the_stream() -> None:
     p = StreamParser()
     p.feed(text(" a") + event({"error": {"message": "engine dead", "code": 500}}), 1.0)
     assert p.error == "engine dead" and not p.finished
+    # JSON may escape half a surrogate pair: the message is kept as text, not encoded (which would raise).
+    broken = StreamParser()
+    broken.feed(b'data: {"error": "\\ud800 cut"}\n\n', 1.0)
+    assert broken.error == "\ud800 cut"
 
 
 def test_unfinished_stream_keeps_its_leftover() -> None:
