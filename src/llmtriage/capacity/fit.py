@@ -24,12 +24,6 @@ from llmtriage.errors import UsageError
 GIB = 2**30
 SCHEMA_VERSION = 1
 KV_DTYPE_BYTES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2}
-ERRORS = (
-    "free_memory_less_than_requested",
-    "no_available_memory_for_cache_blocks",
-    "kv_cache_too_small_for_max_model_len",
-    "max_model_len_exceeds_model",
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from llmtriage import catalog
 from llmtriage.errors import UsageError
 
-GIB_PER_GB = 1e9 / 2**30
 _NOISE = re.compile(r"\b(nvidia|geforce|tesla|amd|instinct)\b|[^a-z0-9]")
 
 

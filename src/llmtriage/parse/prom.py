@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -64,13 +65,17 @@ def parse_metrics(text: str, source: str, timestamp_s: float | None = None) -> t
     for s in samples:
         by_name[s.name].append((s.labels, s.value, bucket_bound(s.labels)))
     mapping = catalog.metric_map()
-    engine = next(
-        (e for e, prefix in mapping.engine_prefixes.items() if any(n.startswith(prefix) for n in by_name)), None
-    )
+    engine = engine_of(by_name, mapping)
     snap = snapshot(by_name, mapping, engine, source, timestamp_s, len(samples))
     if samples and not snap.raw_names and engine is None:
         problems.append(Problem(source, "no known inference-server metrics in this scrape"))
     return snap, problems
+
+
+def engine_of(names: Iterable[str], mapping: catalog.MetricMap) -> str | None:
+    """The first engine, in catalog/metrics.yaml's order, whose metric prefix one of ``names`` carries."""
+    names = list(names)
+    return next((e for e, prefix in mapping.engine_prefixes.items() if any(n.startswith(prefix) for n in names)), None)
 
 
 def snapshot(

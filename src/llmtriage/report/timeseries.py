@@ -208,19 +208,9 @@ def _scrape_axis(snapshots: Sequence[MetricSnapshot]) -> tuple[list[float], str,
     return [float(i) for i in range(len(snapshots))], "x = scrape number (the scrapes carry no times)", "index"
 
 
-def _window_quantile(old: MetricSnapshot, new: MetricSnapshot, name: str, q: float, scale: float) -> float | None:
-    delta = prom.histogram_delta(old.histograms.get(name), new.histograms.get(name))
-    if delta is None or delta.count <= 0:
-        return None
-    value = prom.quantile(delta, q)
+def _window_p95(window: prom.Window, name: str, scale: float) -> float | None:
+    value = prom.quantile(window.histogram(name), 0.95)
     return None if value is None else value * scale
-
-
-def _window_rate(old: MetricSnapshot, new: MetricSnapshot, name: str, seconds: float) -> float | None:
-    delta = prom.counter_delta(old.counters.get(name), new.counters.get(name))
-    if delta is None or seconds <= 0:
-        return None
-    return delta / seconds
 
 
 def _slo_series(name: str, xs: Sequence[float], value: float) -> Series:
@@ -234,16 +224,19 @@ def metric_charts(metrics: MetricsFacts | None, thresholds: Thresholds) -> list[
     snaps = metrics.snapshots
     xs, caption, x_kind = _scrape_axis(snaps)
     charts = []
-    windows = [(xs[i], snaps[i - 1], snaps[i], xs[i] - xs[i - 1]) for i in range(1, len(snaps))]
+    windows = [
+        (xs[i], prom.Window(snaps[i - 1], snaps[i], xs[i] - xs[i - 1] if xs[i] > xs[i - 1] else None))
+        for i in range(1, len(snaps))
+    ]
     window_caption = caption + "; each point: the window since the previous scrape"
-    ttft = Series("TTFT p95", tuple((x, _window_quantile(a, b, "ttft_seconds", 0.95, 1.0)) for x, a, b, _ in windows))
+    ttft = Series("TTFT p95", tuple((x, _window_p95(w, "ttft_seconds", 1.0)) for x, w in windows))
     if ttft.points and any(y is not None for _, y in ttft.points):
         slo = _slo_series(
             f"SLO {thresholds.slo.ttft_p95_s:g} s", [p[0] for p in ttft.points], thresholds.slo.ttft_p95_s
         )
         charts.append(Chart("ttft", "Time to first token, p95", "s", (ttft, slo), window_caption, x_kind))
     decode = [
-        Series(label, tuple((x, _window_quantile(a, b, name, 0.95, 1000.0)) for x, a, b, _ in windows))
+        Series(label, tuple((x, _window_p95(w, name, 1000.0)) for x, w in windows))
         for label, name in (("TPOT p95", "tpot_seconds"), ("ITL p95", "itl_seconds"))
     ]
     decode = [s for s in decode if any(y is not None for _, y in s.points)]
@@ -279,7 +272,7 @@ def metric_charts(metrics: MetricsFacts | None, thresholds: Thresholds) -> list[
         charts.append(Chart("kv", "KV cache usage", "%", (kv, high), caption, x_kind, y_max=100.0))
     if x_kind == "time":
         rates = [
-            Series(label, tuple((x, _window_rate(a, b, name, dt)) for x, a, b, dt in windows))
+            Series(label, tuple((x, w.rate(name)) for x, w in windows))
             for label, name in (("prompt", "prompt_tokens"), ("generation", "generation_tokens"))
         ]
         rates = [s for s in rates if any(y is not None for _, y in s.points)]

@@ -31,7 +31,7 @@ def breaches(frame: Frame, thresholds: Thresholds) -> list[Breach]:
     found: list[Breach] = []
     if not frame.up:
         return found
-    stall = stall_seconds(frame, thresholds)
+    stall = stall_seconds(frame.tokens_still_s, frame.probe_waiting_s, thresholds.stall_seconds)
     if stall is not None and frame.health_ok:
         found.append(Breach(STALL, stall, thresholds.stall_seconds, _stall_message(frame, stall)))
     slo = thresholds.slo
@@ -41,7 +41,7 @@ def breaches(frame: Frame, thresholds: Thresholds) -> list[Breach]:
         ("tpot_p95", tpot_name, frame.tpot_p95_s, slo.itl_p95_s),
     ):
         if value is not None and value > limit:
-            found.append(Breach(kind, value, limit, f"{name} p95 {_duration(value)} > SLO {_duration(limit)}"))
+            found.append(Breach(kind, value, limit, f"{name} p95 {duration_text(value)} > SLO {duration_text(limit)}"))
     if frame.error_ratio is not None and frame.error_ratio > slo.error_rate:
         found.append(
             Breach(
@@ -56,12 +56,10 @@ def breaches(frame: Frame, thresholds: Thresholds) -> list[Breach]:
     return found
 
 
-def stall_seconds(frame: Frame, thresholds: Thresholds) -> float | None:
+def stall_seconds(tokens_still_s: float | None, probe_waiting_s: float | None, limit_s: float) -> float | None:
     """How long tokens have not flowed, when that is a stall: busy with a still token counter, or a probe that
-    has waited for its first token, for at least ``stall_seconds``."""
-    candidates = [
-        s for s in (frame.tokens_still_s, frame.probe_waiting_s) if s is not None and s >= thresholds.stall_seconds
-    ]
+    has waited for its first token, for at least ``limit_s``."""
+    candidates = [s for s in (tokens_still_s, probe_waiting_s) if s is not None and s >= limit_s]
     return max(candidates) if candidates else None
 
 
@@ -75,7 +73,8 @@ def _stall_message(frame: Frame, stall_s: float) -> str:
     return "; ".join(parts) + "; /health answers 200"
 
 
-def _duration(value_s: float) -> str:
+def duration_text(value_s: float) -> str:
+    """``250 ms`` below a second, ``1.50 s`` from one."""
     return f"{value_s * 1000:.0f} ms" if value_s < 1 else f"{value_s:.2f} s"
 
 

@@ -1,9 +1,9 @@
 """Diagnose every inference server Prometheus scrapes: range queries of the catalog's series, turned into one
 snapshot per instance and step, each instance diagnosed like a live server, worst first.
 
-The series come back from Prometheus as values; they are written out as exposition text and read as a scrape is
-(:class:`llmtriage.watch.reader.SnapshotReader`, equal to :func:`llmtriage.parse.prom.parse_metrics`), so names
-and label filters follow catalog/metrics.yaml exactly.
+The series come back from Prometheus as values; each step's samples go through the snapshot builder every scrape
+goes through (:func:`llmtriage.parse.prom.snapshot`), so names and label filters follow catalog/metrics.yaml
+exactly.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from llmtriage.diagnose.engine import diagnose
 from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import UnavailableError, UsageError
 from llmtriage.facts import Evidence, MetricsFacts, MetricSnapshot, Problem
-from llmtriage.watch.reader import SnapshotReader, catalog_series_names
+from llmtriage.parse import prom
+from llmtriage.watch.reader import catalog_series_names
 
 SCHEMA_VERSION = 1
 STEPS_PER_WINDOW = 60  # fine enough to see a stall of stall_seconds begin inside a 5-minute window
@@ -163,39 +164,31 @@ def _key(labels: dict[str, str]) -> InstanceKey:
     return labels.get("job", ""), labels.get("instance", "")
 
 
-def exposition(series: list[tuple[dict[str, str], float]]) -> str:
-    """Series (labels with ``__name__``, value) as Prometheus exposition text."""
-    lines = []
-    for labels, value in series:
-        name = labels.get("__name__", "")
-        pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()) if k != "__name__")
-        lines.append(f"{name}{{{pairs}}} {value!r}" if pairs else f"{name} {value!r}")
-    return "\n".join(lines) + "\n"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def instance_snapshots(
     matrix: list[RangeSeries], source: str
-) -> tuple[dict[InstanceKey, list[MetricSnapshot]], list[Problem]]:
+) -> tuple[dict[InstanceKey, list[MetricSnapshot]], dict[InstanceKey, list[Problem]]]:
     """One snapshot per instance and step from a range query of the catalog's series, oldest first."""
-    by_instance: dict[InstanceKey, dict[float, list[tuple[dict[str, str], float]]]] = defaultdict(
-        lambda: defaultdict(list)
+    by_instance: dict[InstanceKey, dict[float, dict[str, list[prom.Entry]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
     )
     for series in matrix:
+        labels = {k: v for k, v in series.labels.items() if k != "__name__"}
+        entries = by_instance[_key(series.labels)]
         for t, value in series.points:
-            by_instance[_key(series.labels)][t].append((series.labels, value))
+            entries[t][series.labels.get("__name__", "")].append((labels, value, prom.bucket_bound(labels)))
+    mapping = catalog.metric_map()
     result: dict[InstanceKey, list[MetricSnapshot]] = {}
-    problems: list[Problem] = []
-    reader = SnapshotReader()
+    problems: dict[InstanceKey, list[Problem]] = defaultdict(list)
     for key, steps in by_instance.items():
         snaps = []
         for t in sorted(steps):
-            snap, found = reader.read(exposition(steps[t]), f"{source} {key[1]} @{t:.0f}", t)
+            by_name = steps[t]
+            name = f"{source} {key[1]} @{t:.0f}"
+            engine = prom.engine_of(by_name, mapping)
+            snap = prom.snapshot(by_name, mapping, engine, name, t, sum(map(len, by_name.values())))
+            if not snap.raw_names and engine is None:
+                problems[key].append(Problem(name, "no known inference-server metrics in this scrape"))
             snaps.append(snap)
-            problems.extend(found)
         result[key] = snaps
     return result, problems
 
@@ -324,7 +317,7 @@ def diagnose_fleet(
         snaps = snapshots.get(key, [])
         up, down_since = up_states.get(key, (None, None))
         diagnosis = None
-        own = [f"{p.source}: {p.message}" for p in problems if key[1] in p.source]
+        own = [f"{p.source}: {p.message}" for p in problems.get(key, [])]
         if snaps:
             scene = stalled_tail(snaps, thresholds.stall_seconds) or snaps
             evidence = Evidence(

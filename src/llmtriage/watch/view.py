@@ -12,7 +12,7 @@ from rich.text import Text
 
 from llmtriage import catalog
 from llmtriage.catalog import Thresholds
-from llmtriage.watch.breach import STALL, Incident, breaches
+from llmtriage.watch.breach import STALL, Incident, duration_text
 from llmtriage.watch.endpoint import Frame
 from llmtriage.watch.watcher import WatchState
 
@@ -26,9 +26,7 @@ def _server(url: str) -> str:
 
 
 def _ms(value_s: float | None) -> str:
-    if value_s is None:
-        return "–"
-    return f"{value_s * 1000:.0f} ms" if value_s < 1 else f"{value_s:.2f} s"
+    return "–" if value_s is None else duration_text(value_s)
 
 
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
@@ -71,7 +69,7 @@ def _flag(text: str, breached: bool) -> Cell:
     return text, BREACHED if breached else ""
 
 
-def _cells(url: str, frame: Frame, kinds: set[str], thresholds: Thresholds) -> list[Cell]:
+def _cells(url: str, frame: Frame, kinds: frozenset[str], thresholds: Thresholds) -> list[Cell]:
     if not frame.up:
         return [(_server(url), "bold"), ("DOWN", BREACHED), *[("", "")] * 12, (frame.error or "", "red")]
     memory, power, clock = _gpu(frame)
@@ -95,7 +93,7 @@ def _cells(url: str, frame: Frame, kinds: set[str], thresholds: Thresholds) -> l
     ]
 
 
-def _rank(frame: Frame, kinds: set[str]) -> int:
+def _rank(frame: Frame, kinds: frozenset[str]) -> int:
     if STALL in kinds:
         return 0
     if not frame.up:
@@ -109,7 +107,7 @@ def table(state: WatchState, thresholds: Thresholds) -> Text:
     Drawn as plain text lines: a rich Table of 50 rows costs ~50 ms a redraw, five times the whole watch loop."""
     rows: list[tuple[int, int, list[Cell]]] = []
     for order, (url, frame) in enumerate(state.frames.items()):
-        kinds = {b.kind for b in breaches(frame, thresholds)}
+        kinds = state.breached.get(url, frozenset())
         rows.append((_rank(frame, kinds), order, _cells(url, frame, kinds, thresholds)))
     rows.sort(key=lambda r: (r[0], r[1]))
     grid = [[(name, "bold") for name, _ in COLUMNS], *(cells for _, _, cells in rows)]

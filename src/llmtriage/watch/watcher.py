@@ -28,7 +28,7 @@ from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import LlmtriageError
 from llmtriage.facts import Evidence, MetricsFacts
 from llmtriage.watch import gpu, http
-from llmtriage.watch.breach import STALL, Breach, Incident, IncidentTracker, breaches
+from llmtriage.watch.breach import STALL, Breach, Incident, IncidentTracker, breaches, stall_seconds
 from llmtriage.watch.endpoint import EndpointState, Event, Frame
 from llmtriage.watch.reader import SnapshotReader
 from llmtriage.watch.store import Store
@@ -70,6 +70,7 @@ class WatchState:
     """What the display shows: the latest frame of each server, open and closed incidents, recent events."""
 
     frames: dict[str, Frame] = field(default_factory=dict)
+    breached: dict[str, frozenset[str]] = field(default_factory=dict)  # the kinds of breach in each latest frame
     open_incidents: dict[str, Incident] = field(default_factory=dict)
     closed_incidents: list[Incident] = field(default_factory=list)
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
@@ -90,7 +91,6 @@ class _Watched:
     gpu_readings: deque[gpu.GpuReading]
     problem: str | None = None  # what was wrong with the last scrape, said once until it changes
     model: str | None = None
-    model_looked_up: bool = False
 
 
 class Watcher:
@@ -207,6 +207,7 @@ class Watcher:
         found = breaches(frame, config.thresholds)
         events += self._account(watched, frame, found)
         self.state.frames[url] = frame
+        self.state.breached[url] = frozenset(b.kind for b in found)
         self._pending_frames.append(frame)
         self._pending_events.extend(events)
         self.state.events.extend(events)
@@ -217,9 +218,7 @@ class Watcher:
         if endpoint.up is not True:
             return None
         limit = self.config.thresholds.stall_seconds
-        still = endpoint.tokens_still_s(now_s)
-        probe_wait = endpoint.probe.waiting_s(now_s)
-        if (still is None or still < limit) and (probe_wait is None or probe_wait < limit):
+        if stall_seconds(endpoint.tokens_still_s(now_s), endpoint.probe.waiting_s(now_s), limit) is None:
             return None
         answer = await http.get(session, http.base_url(watched.target.metrics_url) + "/health", HEALTH_TIMEOUT_S)
         return answer.ok
@@ -315,9 +314,8 @@ class Watcher:
         while not stop.is_set():
             wait_s = self.config.interval_s
             if watched.endpoint.up:
-                if not watched.model_looked_up:
+                if watched.model is None:
                     watched.model = await http.served_model(session, base, HEALTH_TIMEOUT_S)
-                    watched.model_looked_up = watched.model is not None
                 sending = asyncio.create_task(
                     http.probe(session, base, watched.model, watched.endpoint.probe, PROBE_TIMEOUT_S)
                 )
