@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import statistics
@@ -18,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,12 @@ from llmtriage.parse.prom import parse_metrics
 from ..conftest import drive
 from ..sim.test_conformance import log_facts, metric_shape
 from .conftest import CACHE, VllmEnv
+
+STARVED_RUN_TRIES = 4
+"""Bench runs tried before the API server counts as starved for good."""
+
+FLAGGED_RUN_TRIES = 4
+"""Bench runs tried while bench flags buffered responses and disagrees with the engine."""
 
 PRESSURE_ARGS = ("--kv-cache-memory-bytes", "3145728", "--max-model-len", "1024", "--enforce-eager")
 
@@ -98,8 +106,9 @@ def test_bench_agrees_with_the_servers_own_metrics(pressure_server: VllmCpuServe
     is 12-20% of this tiny model's ~25 ms TTFT but ~2% of its E2E. (bench's own bias, measured against a
     server's write times by benchmarks/bench_client.py, is ~0.4 ms.) On these two cores the API server is
     sometimes starved and then writes a whole response at once (client TTFT = E2E while the engine's TTFT
-    was short): bench flags those (`buffered_responses`) and they are left out, as is the odd delayed
-    first token (the median).
+    was short): bench flags those (`buffered_responses`) and their TTFT is left out, as is the odd delayed
+    first token (the median). One or two such responses in 16 leave E2E within 2-4%; a starved core (a CPU
+    hog beside the server) puts it 10-20% over the engine's. Only a run bench flagged is run again.
     """
     drive(pressure_server.url, [{"prompt": _prompt(400), "max_tokens": 8}] * 2, 1)  # first requests are slow
     config = BenchConfig(
@@ -110,19 +119,48 @@ def test_bench_agrees_with_the_servers_own_metrics(pressure_server: VllmCpuServe
         ignore_eos=True,
         metrics_url=pressure_server.url + "/metrics",
     )
-    done = bench_result.build(asyncio.run(bench_runner.run(config, asyncio.Event())))
+    runs = []
+    for _ in range(FLAGGED_RUN_TRIES):
+        done = bench_result.build(asyncio.run(bench_runner.run(config, asyncio.Event())))
+        comparison = _client_against_server(done)
+        runs.append(comparison)
+        if comparison.agrees or comparison.held == 0:
+            break
+    assert comparison.agrees, runs
+
+
+@dataclass(frozen=True)
+class _Comparison:
+    held: int
+    client_e2e_ms: float
+    server_e2e_ms: float
+    client_ttft_ms: float
+    server_ttft_ms: float
+
+    @property
+    def agrees(self) -> bool:
+        return (
+            abs(self.client_e2e_ms - self.server_e2e_ms) <= 0.10 * self.server_e2e_ms
+            and 0.9 * self.server_ttft_ms <= self.client_ttft_ms <= 1.1 * self.server_ttft_ms + 5.0
+        )
+
+
+def _client_against_server(done: bench_result.BenchResult) -> _Comparison:
     assert done.summary.completed == 16 and done.server is not None
     server_ttft, server_e2e = done.server.ttft_ms, done.server.e2e_ms
     assert server_ttft is not None and server_e2e is not None and server_ttft.count == server_e2e.count == 16
     assert server_ttft.mean and server_e2e.mean
-    streamed = [r for r in done.outcome.records if not r.arrived_in_one_piece]
-    held = len(done.outcome.records) - len(streamed)
-    assert len(streamed) >= 12, f"{held} of 16 responses came in one piece"
+    records = done.outcome.records
+    streamed = [r.ttft_ms for r in records if not r.arrived_in_one_piece and r.ttft_ms is not None]
+    held = len(records) - len(streamed)
     assert ("buffered_responses" in {w.code for w in done.summary.warnings}) == (held > 0)
-    client_e2e = statistics.fmean(r.e2e_ms for r in streamed if r.e2e_ms is not None)
-    assert abs(client_e2e - server_e2e.mean) <= 0.10 * server_e2e.mean, (client_e2e, server_e2e.mean)
-    client_ttft = statistics.median(r.ttft_ms for r in streamed if r.ttft_ms is not None)
-    assert 0.9 * server_ttft.mean <= client_ttft <= 1.1 * server_ttft.mean + 5.0, (client_ttft, server_ttft.mean)
+    return _Comparison(
+        held=held,
+        client_e2e_ms=statistics.fmean(r.e2e_ms for r in records if r.e2e_ms is not None),
+        server_e2e_ms=server_e2e.mean,
+        client_ttft_ms=statistics.median(streamed) if len(streamed) >= 8 else math.inf,
+        server_ttft_ms=server_ttft.mean,
+    )
 
 
 def test_the_simulator_matches_the_live_server(pressure_server: VllmCpuServer, start_sim) -> None:  # type: ignore[no-untyped-def]
