@@ -67,9 +67,7 @@ def parse_metrics(text: str, source: str, timestamp_s: float | None = None) -> t
     mapping = catalog.metric_map()
     engine = engine_of(by_name, mapping)
     snap = snapshot(by_name, mapping, engine, source, timestamp_s, len(samples))
-    if samples and not snap.raw_names and engine is None:
-        problems.append(Problem(source, "no known inference-server metrics in this scrape"))
-    return snap, problems
+    return snap, problems + unrecognised(snap)
 
 
 def engine_of(names: Iterable[str], mapping: catalog.MetricMap) -> str | None:
@@ -117,6 +115,13 @@ def snapshot(
                 snap.raw_names[canonical] = name
                 break
     return snap
+
+
+def unrecognised(snap: MetricSnapshot) -> list[Problem]:
+    """The problem of a scrape that has samples but none an inference server in the catalog writes."""
+    if snap.sample_count and not snap.raw_names and snap.engine is None:
+        return [Problem(snap.source, "no known inference-server metrics in this scrape")]
+    return []
 
 
 def bucket_bound(labels: dict[str, str]) -> float | None:

@@ -186,8 +186,7 @@ def instance_snapshots(
             name = f"{source} {key[1]} @{t:.0f}"
             engine = prom.engine_of(by_name, mapping)
             snap = prom.snapshot(by_name, mapping, engine, name, t, sum(map(len, by_name.values())))
-            if not snap.raw_names and engine is None:
-                problems[key].append(Problem(name, "no known inference-server metrics in this scrape"))
+            problems[key].extend(prom.unrecognised(snap))
             snaps.append(snap)
         result[key] = snaps
     return result, problems

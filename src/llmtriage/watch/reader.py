@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmtriage import catalog
 from llmtriage.facts import MetricSnapshot, Problem
-from llmtriage.parse.prom import Entry, bucket_bound, snapshot
+from llmtriage.parse.prom import Entry, bucket_bound, snapshot, unrecognised
 
 MAX_CACHED_SERIES = 200_000
 
@@ -111,9 +111,7 @@ class SnapshotReader:
         problems = [Problem(source, f"{bad} malformed sample line{'s' if bad != 1 else ''} skipped")] if bad else []
         engine = next((e for e in self._mapping.engine_prefixes if e in engines), None)
         snap = snapshot(by_name, self._mapping, engine, source, timestamp_s, samples - bad)
-        if samples > bad and not snap.raw_names and snap.engine is None:
-            problems.append(Problem(source, "no known inference-server metrics in this scrape"))
-        return snap, problems
+        return snap, problems + unrecognised(snap)
 
 
 def _value_before_timestamp(rest: str) -> float | None:
