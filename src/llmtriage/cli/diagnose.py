@@ -35,7 +35,7 @@ def _metrics_sources(values: list[str], window_s: float | None, loose: LooseFile
                 scrapes.append(live.scrape(value))
             for i, s in enumerate(scrapes):
                 loose.metrics_texts.append((f"{s.url} (scrape {i + 1})", s.text, s.timestamp_s))
-            health = live.healthy(live.health_url(value))
+            health = live.healthy(live.server_url(value))
         else:
             path = Path(value)
             if not path.exists():

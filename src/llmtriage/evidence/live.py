@@ -46,10 +46,10 @@ def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
     return Scrape(url=url, text=text, timestamp_s=time.time())
 
 
-def health_url(metrics_url: str) -> str:
-    """The /health endpoint of the server behind ``metrics_url``."""
+def server_url(metrics_url: str) -> str:
+    """``http://host:port`` of the server behind a /metrics URL."""
     parts = urllib.parse.urlsplit(metrics_url)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/health", "", ""))
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
 
 
 def health_status(base_url: str, timeout_s: float = 2.0) -> int | None:
@@ -63,10 +63,7 @@ def health_status(base_url: str, timeout_s: float = 2.0) -> int | None:
         return None
 
 
-def healthy(url: str, timeout_s: float = 3.0) -> bool:
-    """True when GET ``url`` answers 2xx."""
-    try:
-        fetch(url, timeout_s)
-    except FetchError:
-        return False
-    return True
+def healthy(base_url: str, timeout_s: float = 3.0) -> bool:
+    """True when GET ``base_url``/health answers 2xx."""
+    status = health_status(base_url, timeout_s)
+    return status is not None and 200 <= status < 300

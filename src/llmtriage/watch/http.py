@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import time
-import urllib.parse
 from dataclasses import dataclass
 
 import aiohttp
@@ -62,12 +61,6 @@ def _describe(error: Exception) -> str:
         why = os.strerror(error.os_error.errno) if error.os_error.errno else str(error.os_error)
         return f"cannot connect to {error.host}:{error.port}: {why}"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-
-
-def base_url(metrics_url: str) -> str:
-    """``http://host:port`` of the server behind a /metrics URL."""
-    parts = urllib.parse.urlsplit(metrics_url)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
 
 
 async def served_model(http: aiohttp.ClientSession, base: str, timeout_s: float) -> str | None:

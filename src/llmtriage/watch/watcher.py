@@ -26,6 +26,7 @@ from llmtriage.catalog import Thresholds
 from llmtriage.diagnose.engine import diagnose
 from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import LlmtriageError
+from llmtriage.evidence.live import server_url
 from llmtriage.facts import Evidence, MetricsFacts
 from llmtriage.watch import gpu, http
 from llmtriage.watch.breach import STALL, Breach, Incident, IncidentTracker, breaches, stall_seconds
@@ -220,7 +221,7 @@ class Watcher:
         limit = self.config.thresholds.stall_seconds
         if stall_seconds(endpoint.tokens_still_s(now_s), endpoint.probe.waiting_s(now_s), limit) is None:
             return None
-        answer = await http.get(session, http.base_url(watched.target.metrics_url) + "/health", HEALTH_TIMEOUT_S)
+        answer = await http.get(session, server_url(watched.target.metrics_url) + "/health", HEALTH_TIMEOUT_S)
         return answer.ok
 
     def _account(self, watched: _Watched, frame: Frame, found: list[Breach]) -> list[Event]:
@@ -310,7 +311,7 @@ class Watcher:
 
     async def _probe(self, session: aiohttp.ClientSession, watched: _Watched, stop: asyncio.Event) -> None:
         """A one-token completion every PROBE_INTERVAL_S while the server answers /metrics; one in flight."""
-        base = http.base_url(watched.target.metrics_url)
+        base = server_url(watched.target.metrics_url)
         while not stop.is_set():
             wait_s = self.config.interval_s
             if watched.endpoint.up:
