@@ -25,9 +25,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from conftest import drive  # noqa: E402 - test support, shared with the tests that replay these recordings
+from tests.conftest import drive  # noqa: E402 - test support, shared with the tests that replay these recordings
+
 from llmtriage.lab.vllm_cpu import SERVED_NAME, VllmCpuServer, ensure_tiny_model, ensure_venv  # noqa: E402
 
 CACHE = ROOT / ".cache"
@@ -161,6 +162,13 @@ class Recorder:
             assert not server.wait()
             self.keep_log(server, "fault-d-port-in-use")
 
+    def model_dir_without_config(self) -> None:
+        """A model directory that exists but holds no config.json (a copy that stopped half-way, a wrong mount)."""
+        empty = CACHE / "models" / "no-config-json"
+        empty.mkdir(parents=True, exist_ok=True)
+        (empty / "README.md").write_text("weights not copied yet\n")
+        self.failed_start("fault-e5-model-dir-without-config", "--enforce-eager", model=empty)
+
     def kv_pressure(self) -> None:
         server = self.server("fault-c-kv-pressure", *PRESSURE, kv_gib=None)
         try:
@@ -247,6 +255,7 @@ def main() -> int:
         "startup_ok": recorder.startup_ok,
         "start_eager": recorder.start_eager,
         "faults_at_start": recorder.faults_at_start,
+        "model_dir_without_config": recorder.model_dir_without_config,
         "kv_pressure": recorder.kv_pressure,
         "killed_worker": recorder.killed_worker,
     }

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+
+from .incidents import INCIDENTS, incident_bundle, load_incident
+
+__all__ = ["FIXTURES", "INCIDENTS", "incident_bundle", "load_incident"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
-INCIDENTS = sorted((FIXTURES / "incidents").glob("*.yaml"))
 
 # The cause ids of DESIGN.md's flowchart: the catalog keeps each, the runbook seeds an entry for each.
 DESIGN_CAUSE_IDS = (
@@ -40,34 +41,17 @@ DESIGN_CAUSE_IDS = (
     "gpu_contention_other_process",
     "memory_bandwidth_bound",
     "engine_stalled",
+    "invalid_engine_argument",
+    "tp_size_not_divisible",
+    "dtype_unsupported_by_gpu",
+    "trust_remote_code_required",
+    "gpu_arch_not_supported_by_build",
+    "worker_process_killed",
+    "partial_cpu_offload",
+    "no_gpu_offload",
+    "enforce_eager_disables_cuda_graphs",
+    "unrecognized_error",
 )
-
-_BUNDLE_PATHS = {
-    "logs": "logs/server.log",
-    "nvidia_smi": "gpu/nvidia-smi.txt",
-    "dmesg": "kernel/dmesg.txt",
-    "metrics": "metrics/scrape-0.prom",
-}
-
-
-def load_incident(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(path.read_text())
-    return data
-
-
-def incident_bundle(incident: dict[str, Any], root: Path) -> Path:
-    """Lay an incident's evidence out as a bundle directory under ``root``."""
-    evidence = incident.get("evidence") or {}
-    for key, rel in _BUNDLE_PATHS.items():
-        if evidence.get(key):
-            target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(evidence[key])
-    if incident.get("launch"):
-        target = root / "config" / "launch.txt"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(incident["launch"])
-    return root
 
 
 @pytest.fixture

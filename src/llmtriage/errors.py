@@ -6,6 +6,7 @@ Exit codes (docs/cli.md):
   2  usage error (bad arguments or values)
   3  nothing readable in the evidence given
   4  a server, file or tool could not be reached
+  5  inconclusive: the evidence shows neither the server serving nor failing
   70 internal error (a bug: please report it)
 """
 
@@ -22,6 +23,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     NOTHING_READABLE = 3
     UNAVAILABLE = 4
+    INCONCLUSIVE = 5
     INTERNAL = 70
 
 

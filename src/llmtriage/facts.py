@@ -60,6 +60,7 @@ class LogEvent:
     stage: str
     values: tuple[tuple[str, str], ...] = ()
     marks: str | None = None
+    fallback: bool = False
 
     def value(self, name: str) -> str | None:
         """The named group ``name`` of the match, if it matched."""
@@ -98,6 +99,7 @@ class MemoryReport:
     reserved_unallocated_gib: float | None = None
     tried_alloc_gib: float | None = None
     allocated_gib: float | None = None
+    free_after_weights_gib: float | None = None
     device: str | None = None
     citations: dict[str, Citation] = field(default_factory=dict)
 
@@ -123,8 +125,8 @@ class BenchFigures:
     ttft_p50_ms: float | None = None
     ttft_p95_ms: float | None = None
     ttft_p99_ms: float | None = None
-    ttft_p99_s: float | None = None
     tpot_mean_ms: float | None = None
+    tpot_p50_ms: float | None = None
     tpot_p95_ms: float | None = None
     tpot_p99_ms: float | None = None
     request_throughput: float | None = None
@@ -134,22 +136,16 @@ class BenchFigures:
     decode_tokens_per_s: float | None = None
     citations: dict[str, Citation] = field(default_factory=dict)
 
-    def ttft_tail_ms(self) -> float | None:
-        """The worst reported TTFT tail (p99, else p95, else mean), in ms."""
-        if self.ttft_p99_ms is not None:
-            return self.ttft_p99_ms
-        if self.ttft_p99_s is not None:
-            return self.ttft_p99_s * 1000.0
-        if self.ttft_p95_ms is not None:
-            return self.ttft_p95_ms
-        return self.ttft_mean_ms
-
-    def ttft_tail_citation(self) -> Citation | None:
-        """The citation of the figure :meth:`ttft_tail_ms` used."""
-        for name in ("ttft_p99_ms", "ttft_p99_s", "ttft_p95_ms", "ttft_mean_ms"):
-            if getattr(self, name) is not None:
-                return self.citations.get(name)
-        return None
+    def quantiles(self, metric: str) -> list[tuple[str, float, Citation | None]]:
+        """The known quantiles of ``metric`` (ttft or tpot, ms) in the order they answer a p95 objective: the p95
+        itself, the median (above an objective, the p95 is too), the p99 (a tail). ``(label, ms, citation)``."""
+        found = []
+        for quantile in ("p95", "p50", "p99"):
+            value = getattr(self, f"{metric}_{quantile}_ms")
+            cite = self.citations.get(f"{metric}_{quantile}_ms")
+            if value is not None:
+                found.append((quantile, value, cite))
+        return found
 
 
 @dataclass(slots=True)
@@ -157,6 +153,7 @@ class MetaFacts:
     """What the log says about the engine itself."""
 
     engine_version: str | None = None
+    server_pid: float | None = None
     citations: dict[str, Citation] = field(default_factory=dict)
 
 
@@ -180,6 +177,21 @@ class StatsPoint:
     prefill_tokens: float | None = None
     new_seqs: float | None = None
     cached_tokens: float | None = None
+    requests_done: float | None = None
+    requests_total: float | None = None
+
+    @property
+    def busy(self) -> float:
+        """Requests running, waiting or not yet done at this point."""
+        pending = 0.0
+        if self.requests_total is not None and self.requests_done is not None:
+            pending = self.requests_total - self.requests_done
+        return (self.running or 0) + (self.waiting or 0) + pending
+
+    @property
+    def idle_throughput(self) -> bool:
+        """The line reports throughput, and it is zero."""
+        return self.generation_tps is not None and not self.generation_tps and not self.prompt_tps
 
     def cite(self) -> Citation:
         """A citation of this line."""
@@ -206,6 +218,10 @@ class LogFacts:
     http_status: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     http_status_citations: dict[int, Citation] = field(default_factory=dict)
     engine_votes: Counter[str] = field(default_factory=Counter)
+    # Per source: the last line that shows the server serving (ready, an access or stats line, a request's error),
+    # and how many lines the source had.
+    last_serving_line: dict[str, int] = field(default_factory=dict)
+    line_counts: dict[str, int] = field(default_factory=dict)
     lines_scanned: int = 0
     bytes_scanned: int = 0
     problems: list[Problem] = field(default_factory=list)

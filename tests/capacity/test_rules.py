@@ -47,7 +47,13 @@ def test_startup_oom_names_the_largest_max_model_len_that_fits(tmp_path: Path) -
 
 
 def _slow_bundle(root: Path, tpot_ms: float, performance: str | None) -> Path:
-    log = f"============ Serving Benchmark Result ============\nMean TPOT (ms):                          {tpot_ms}\n"
+    # vllm bench serve's block: mean, median and p99 (the median is what answers a p95 objective here).
+    log = (
+        "============ Serving Benchmark Result ============\n"
+        f"Mean TPOT (ms):                          {tpot_ms}\n"
+        f"Median TPOT (ms):                        {tpot_ms}\n"
+        f"P99 TPOT (ms):                           {tpot_ms * 1.3:.2f}\n"
+    )
     return _bundle(root, log, "vllm serve meta-llama/Llama-3.1-8B-Instruct", H100_TABLE, performance)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from ..conftest import DESIGN_CAUSE_IDS
 from .conftest import EXAMPLES, REPO, SCHEMA, bundle
 
 PORT_IN_USE = EXAMPLES / "port-in-use"
@@ -102,7 +103,7 @@ def test_diagnose_never_creates_a_runbook(tmp_path: Path, env: dict[str, str]) -
 
 
 def test_the_default_runbook_is_in_the_user_data_directory(tmp_path: Path, env: dict[str, str]) -> None:
-    assert "no incidents recorded yet (27 seed entries" in run(env, "runbook", "list").stdout
+    assert f"no incidents recorded yet ({len(DESIGN_CAUSE_IDS)} seed entries" in run(env, "runbook", "list").stdout
     assert (tmp_path / "xdg" / "llmtriage" / "runbook.sqlite3").is_file()
     chosen = tmp_path / "team.sqlite3"
     assert run({**env, "LLMTRIAGE_RUNBOOK": str(chosen)}, "runbook", "list").returncode == 0
@@ -176,5 +177,7 @@ def test_concurrent_adds_from_the_command_line(tmp_path: Path, env: dict[str, st
     elapsed = time.perf_counter() - start
     assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outputs]
     listed = run(env, "runbook", "list", "--db", db).stdout
-    assert sorted(re.findall(r"^(\d+)\s", listed, re.MULTILINE)) == ["28", "29", "30", "31"]
+    # The seeds take the first ids; the four incidents follow them.
+    first = len(DESIGN_CAUSE_IDS) + 1
+    assert sorted(re.findall(r"^(\d+)\s", listed, re.MULTILINE)) == [str(first + i) for i in range(4)]
     print(f"4 concurrent `runbook add` processes: {elapsed:.2f} s")

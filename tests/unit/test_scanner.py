@@ -66,3 +66,13 @@ def test_empty_stream() -> None:
     totals = ScanTotals()
     assert list(LineScanner(PATTERNS).scan(io.BytesIO(b""), totals)) == []
     assert totals.lines == 0 and totals.bytes == 0
+
+
+@pytest.mark.parametrize("use_hyperscan", ENGINES)
+def test_a_pattern_never_reaches_into_the_next_line(use_hyperscan: bool) -> None:
+    # `[^\[]+` and `\s+` match newlines in a block; the scanner keeps each match on its own line, as the exact
+    # regex later re-run on that one line would.
+    scanner = LineScanner([r"Value error, (?P<message>[^\[]+)$", r"took:\s+\d"], use_hyperscan=use_hyperscan)
+    block = b"  Value error, Invalid repository ID\nPlease verify [x]\nit took:\n 5 s\n"
+    hits = [(h.line_no, h.line) for h in scanner.scan(io.BytesIO(block), ScanTotals())]
+    assert hits == [(1, b"  Value error, Invalid repository ID")]

@@ -233,6 +233,7 @@ _FIGURES = {
     "ttft_p95_ms": ("ttft_ms", "p95"),
     "ttft_p99_ms": ("ttft_ms", "p99"),
     "tpot_mean_ms": ("tpot_ms", "mean"),
+    "tpot_p50_ms": ("tpot_ms", "p50"),
     "tpot_p95_ms": ("tpot_ms", "p95"),
     "tpot_p99_ms": ("tpot_ms", "p99"),
     "request_throughput": ("request_throughput_per_s",),

@@ -11,11 +11,24 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
+from urllib.parse import quote_plus
 
 import yaml
 
-ROLES = frozenset({"error", "wrapper", "context", "marker", "fact", "stats", "access"})
+ROLES = frozenset({"error", "wrapper", "context", "marker", "fact", "stats", "access", "frame"})
 FACT_TARGETS = frozenset({"memory", "launch", "meta", "bench", "offload"})
+# The per-engine signature files under catalog/signatures/, read after the common signatures.yaml.
+SIGNATURE_GROUPS = ("vllm", "sglang", "tgi", "llama_cpp", "ollama", "trtllm", "lmdeploy", "stack", "hf")
+# Error families (signatures.yaml explains each). Fatal ones stop a server; serving ones are printed only by a server
+# that answered or was working on requests; engine_dead marks wrappers of an error printed elsewhere.
+FATAL_FAMILIES = frozenset(
+    {"oom", "config", "model_path", "bind", "distributed", "driver", "hardware", "kernel", "killed", "timeout"}
+    | {"unrecognized"}
+)
+SERVING_FAMILIES = frozenset({"request", "capacity", "offload", "overload"})
+FAMILIES = FATAL_FAMILIES | SERVING_FAMILIES | {"engine_dead"}
+# vLLM's CPU backend has fixes of its own, in host-memory knobs.
+CPU_BACKEND = "vllm_cpu"
 
 
 class CatalogError(Exception):
@@ -45,6 +58,7 @@ class Signature:
     meaning: str
     first_check: str
     source: str
+    fallback: bool = False
 
     @property
     def regex(self) -> re.Pattern[str]:
@@ -58,40 +72,75 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 
 @cache
+def _signatures_file() -> Any:
+    return load_yaml("signatures.yaml")
+
+
+SIGNATURE_FILES = ("signatures.yaml", *(f"signatures/{engine}.yaml" for engine in SIGNATURE_GROUPS))
+
+
+@cache
 def signatures() -> tuple[Signature, ...]:
-    """All log signatures, in catalog order."""
-    data = load_yaml("signatures.yaml")
+    """All log signatures: the common file (markers, facts, stats, access lines, the fallback), then one file per
+    engine or layer of the stack, each in catalog order."""
     result = []
     seen: set[str] = set()
-    for raw in data["signatures"]:
-        sig = Signature(
-            id=raw["id"],
-            engine=raw.get("engine", "any"),
-            phase=raw.get("phase", "serving"),
-            role=raw["role"],
-            family=raw.get("family", ""),
-            causes=tuple(raw.get("causes", ())),
-            pattern=raw["pattern"],
-            target=raw.get("target"),
-            marks=raw.get("marks"),
-            example=raw.get("example", ""),
-            meaning=raw.get("meaning", ""),
-            first_check=raw.get("first_check", ""),
-            source=raw.get("source", ""),
-        )
-        if sig.id in seen:
-            raise CatalogError(f"duplicate signature id {sig.id}")
-        if sig.role not in ROLES:
-            raise CatalogError(f"{sig.id}: unknown role {sig.role}")
-        if sig.role == "fact" and sig.target not in FACT_TARGETS:
-            raise CatalogError(f"{sig.id}: fact without a known target")
-        try:
-            sig.regex  # noqa: B018 - compile now so a bad pattern fails at load
-        except re.error as e:
-            raise CatalogError(f"{sig.id}: bad pattern: {e}") from e
-        seen.add(sig.id)
-        result.append(sig)
+    for name in SIGNATURE_FILES:
+        data = _signatures_file() if name == "signatures.yaml" else load_yaml(name)
+        for raw in data["signatures"] or ():
+            sig = _signature(raw, name)
+            if sig.id in seen:
+                raise CatalogError(f"duplicate signature id {sig.id}")
+            seen.add(sig.id)
+            result.append(sig)
     return tuple(result)
+
+
+def _signature(raw: dict[str, Any], file: str) -> Signature:
+    sig = Signature(
+        id=raw["id"],
+        engine=raw.get("engine", "any"),
+        phase=raw.get("phase", "serving"),
+        role=raw["role"],
+        family=raw.get("family", ""),
+        causes=tuple(raw.get("causes", ())),
+        pattern=raw["pattern"],
+        target=raw.get("target"),
+        marks=raw.get("marks"),
+        example=raw.get("example", ""),
+        meaning=raw.get("meaning", ""),
+        first_check=raw.get("first_check", ""),
+        source=raw.get("source", ""),
+        fallback=bool(raw.get("fallback", False)),
+    )
+    if sig.role not in ROLES:
+        raise CatalogError(f"{file}: {sig.id}: unknown role {sig.role}")
+    if sig.role == "fact" and sig.target not in FACT_TARGETS:
+        raise CatalogError(f"{file}: {sig.id}: fact without a known target")
+    if sig.role in ("error", "wrapper") and sig.family not in FAMILIES:
+        raise CatalogError(f"{file}: {sig.id}: unknown family {sig.family!r}")
+    try:
+        sig.regex  # noqa: B018 - compile now so a bad pattern fails at load
+    except re.error as e:
+        raise CatalogError(f"{file}: {sig.id}: bad pattern: {e}") from e
+    return sig
+
+
+@dataclass(frozen=True, slots=True)
+class FramePhase:
+    """A lifecycle phase and the traceback function names that place an error in it."""
+
+    phase: str
+    pattern: re.Pattern[str]
+
+
+@cache
+def frame_phases() -> tuple[FramePhase, ...]:
+    """Phases by traceback frame function names (signatures.yaml `frame_phases`)."""
+    return tuple(
+        FramePhase(phase=raw["phase"], pattern=re.compile(raw["pattern"]))
+        for raw in _signatures_file().get("frame_phases", ())
+    )
 
 
 # ---------------------------------------------------------------- the tree
@@ -132,11 +181,16 @@ class CauseInfo:
     classes: tuple[str, ...]
     signals: str
     fixes: tuple[str, ...]
+    engine_fixes: dict[str, tuple[str, ...]]
 
     @property
     def is_hardware(self) -> bool:
         """Hardware causes rank above configuration causes."""
         return self.kind == "hardware"
+
+    def fixes_for(self, engine: str | None) -> tuple[str, ...]:
+        """The fixes in ``engine``'s own knobs; vLLM's (the default) when it has none of its own."""
+        return self.engine_fixes.get(engine or "", self.fixes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +244,7 @@ def tree() -> Tree:
             classes=tuple(c["classes"]),
             signals=c["signals"],
             fixes=tuple(c["fixes"]),
+            engine_fixes={engine: tuple(fixes) for engine, fixes in (c.get("engine_fixes") or {}).items()},
         )
         for c in data["causes"]
     }
@@ -203,11 +258,40 @@ def tree() -> Tree:
         for cls in c.classes:
             if cls not in classes:
                 raise CatalogError(f"cause {c.id} names unknown class {cls}")
+        for engine in c.engine_fixes:
+            if engine not in engines() and engine != CPU_BACKEND:
+                raise CatalogError(f"cause {c.id} has fixes for unknown engine {engine}")
     sources = tuple(
         EvidenceSource(id=e["id"], what=e["what"], collect=e["collect"], classes=tuple(e.get("classes", ())))
         for e in data["evidence_sources"]
     )
     return Tree(root=data["root"], questions=questions, classes=classes, causes=causes, evidence_sources=sources)
+
+
+# ---------------------------------------------------------------- engines
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """An inference engine: its name and the repository whose issues to search."""
+
+    id: str
+    name: str
+    issues_repo: str
+
+    def issue_search_url(self, query: str) -> str:
+        """The engine's issue tracker searched for ``query``."""
+        return f"https://github.com/{self.issues_repo}/issues?q={quote_plus(query)}"
+
+
+@cache
+def engines() -> dict[str, EngineInfo]:
+    """The engines of catalog/engines.yaml by id."""
+    data = load_yaml("engines.yaml")
+    return {
+        engine_id: EngineInfo(id=engine_id, name=raw["name"], issues_repo=raw["issues"])
+        for engine_id, raw in data["engines"].items()
+    }
 
 
 # ---------------------------------------------------------------- Xids
@@ -444,14 +528,15 @@ class Thresholds:
     """catalog/thresholds.yaml."""
 
     slo: Slo
+    cuda_context_gib: float
     util_high: float
     util_elevated: float
     kv_usage_high: float
     waiting_queue: float
     rejected_fraction: float
-    failed_fraction: float
     stall_seconds: float
     stall_stats_points: int
+    serving_collectives: int
     crash_running: float
     decode_slow_tokens_per_s: float
     long_prompt_tokens: float
@@ -464,6 +549,7 @@ class Thresholds:
     busy_utilization_pct: float
     overload_factor: float
     weights_share_high: float
+    weights_share_tight: float
     fragmentation_gib: float
     fragmentation_share: float
     fragmentation_floor_gib: float

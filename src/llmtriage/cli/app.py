@@ -10,7 +10,8 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
-from llmtriage.errors import LlmtriageError
+from llmtriage.diagnose.model import Diagnosis
+from llmtriage.errors import ExitCode, LlmtriageError
 
 app = typer.Typer(
     name="llmtriage",
@@ -46,3 +47,12 @@ def fail(error: LlmtriageError) -> NoReturn:
 def print_json(data: dict[str, Any]) -> None:
     """Write ``data`` as the only thing on stdout."""
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def diagnosis_exit(diagnosis: Diagnosis) -> NoReturn:
+    """Exit as a diagnosis says: 0 healthy, 5 inconclusive, 1 a problem."""
+    if diagnosis.symptom_class == "healthy":
+        raise typer.Exit(int(ExitCode.OK))
+    if diagnosis.symptom_class == "inconclusive":
+        raise typer.Exit(int(ExitCode.INCONCLUSIVE))
+    raise typer.Exit(int(ExitCode.PROBLEM_FOUND))

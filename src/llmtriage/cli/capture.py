@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from llmtriage import capture as capture_lib
 from llmtriage.capture.collector import Progress as CaptureProgress
 from llmtriage.capture.manifest import Status
-from llmtriage.cli.app import app, fail, stderr, stdout
+from llmtriage.cli.app import app, diagnosis_exit, fail, stderr, stdout
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.errors import ExitCode, NothingReadableError, UsageError
 from llmtriage.evidence.bundle import read_evidence
@@ -53,8 +53,8 @@ def capture(
 
     Prints the bundle's path, then its diagnosis. Read-only on the server; Ctrl-C or SIGTERM leaves a partial bundle.
 
-    Exit codes as diagnose: 0 nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable
-    (with --no-diagnose: 0 once the bundle is written).
+    Exit codes as diagnose: 0 serving and nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing
+    readable, 5 inconclusive (with --no-diagnose: 0 once the bundle is written).
     """
     mode, gpu_url = capture_lib.parse_gpu(gpu)
     duration_s = parse_duration(duration)
@@ -94,7 +94,7 @@ def capture(
         fail(NothingReadableError(f"nothing readable was captured in {result.path}", "see its manifest.json"))
     diagnosis = run_diagnosis(evidence)
     stdout.print(text_report.build(diagnosis), highlight=False)
-    raise typer.Exit(int(ExitCode.OK if diagnosis.healthy else ExitCode.PROBLEM_FOUND))
+    diagnosis_exit(diagnosis)
 
 
 def _run_with_progress(

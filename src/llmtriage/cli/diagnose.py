@@ -10,13 +10,13 @@ from typing import Annotated
 import typer
 
 from llmtriage import __version__, catalog
-from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
+from llmtriage.cli.app import OutputFormat, app, diagnosis_exit, fail, print_json, stderr, stdout
 from llmtriage.cli.report import write_report
 from llmtriage.cli.runbook import consult_runbook
 from llmtriage.cli.watch import run_fleet
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.diagnose.model import SCHEMA_VERSION, Diagnosis
-from llmtriage.errors import ExitCode, NothingReadableError, UsageError
+from llmtriage.errors import NothingReadableError, UsageError
 from llmtriage.evidence import live
 from llmtriage.evidence.bundle import LooseFiles, read_evidence
 from llmtriage.report import text as text_report
@@ -93,8 +93,8 @@ def diagnose(
 ) -> None:
     """Diagnose a server from a bundle or loose files: symptom class, path, ranked causes with evidence, fixes.
 
-    Exit codes: 0 nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable,
-    4 a live server could not be read.
+    Exit codes: 0 serving and nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable
+    (empty or binary), 4 a live server could not be read, 5 inconclusive (nothing shows it serving or failing).
     """
     if prometheus is not None:
         single_server = {
@@ -155,7 +155,7 @@ def diagnose(
     if html is not None:
         write_report(html, result, evidence, bundle, thresholds)
     _show(result, output)
-    raise typer.Exit(int(ExitCode.OK if result.healthy else ExitCode.PROBLEM_FOUND))
+    diagnosis_exit(result)
 
 
 def _existing(paths: list[Path], flag: str) -> list[Path]:

@@ -11,11 +11,11 @@ import typer
 
 from llmtriage.bench.result import REQUESTS_CSV, RESULT_JSON
 from llmtriage.catalog import Thresholds
-from llmtriage.cli.app import app, fail, stderr
+from llmtriage.cli.app import app, diagnosis_exit, fail, stderr
 from llmtriage.cli.runbook import consult_runbook
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.diagnose.model import Diagnosis
-from llmtriage.errors import ExitCode, NothingReadableError, UsageError
+from llmtriage.errors import NothingReadableError, UsageError
 from llmtriage.evidence.bundle import read_capped, read_evidence
 from llmtriage.facts import Evidence, Problem
 from llmtriage.report import html as html_report
@@ -73,7 +73,7 @@ def report(
     """Write the incident report: one self-contained HTML page (verdict, flowchart path, causes, plots, fixes).
 
     No scripts and no network: it opens offline and can be attached to a ticket. Exit codes as diagnose:
-    0 nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable.
+    0 serving and nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing readable, 5 inconclusive.
     """
     if not bundle.is_dir():
         fail(UsageError(f"{bundle}: not a directory", "give a bundle directory, as `llmtriage capture` writes it"))
@@ -90,4 +90,4 @@ def report(
     if not no_runbook:
         consult_runbook(result, evidence, runbook)
     write_report(output, result, evidence, bundle)
-    raise typer.Exit(int(ExitCode.OK if result.healthy else ExitCode.PROBLEM_FOUND))
+    diagnosis_exit(result)

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from llmtriage import catalog
 from llmtriage.catalog import Thresholds
-from llmtriage.diagnose import questions
+from llmtriage.diagnose import fixes, questions
 from llmtriage.diagnose.model import Diagnosis, Evidence, Missing, PathStep, RankedCause
 from llmtriage.diagnose.rules import Signal, capacity, hardware, latency, runtime, signals_for, signatures, startup
 from llmtriage.diagnose.scene import Scene
@@ -16,6 +16,8 @@ from llmtriage.facts import Problem
 # The rule modules register themselves on import; naming them here keeps the registry explicit.
 RULE_MODULES = (signatures, hardware, startup, runtime, latency, capacity)
 
+# Classes that name no cause: a healthy server, and evidence that decides nothing.
+CAUSELESS_CLASSES = frozenset({"healthy", "inconclusive"})
 MIN_CONFIDENCE = 0.15
 MAX_EVIDENCE_PER_CAUSE = 6
 # A hardware cause at least this confident ranks above every configuration cause.
@@ -38,26 +40,35 @@ def walk(scene: Scene) -> tuple[str, list[PathStep]]:
     raise catalog.CatalogError("the tree ended without a class")
 
 
-def rank(signals: list[Signal], symptom_class: str) -> list[RankedCause]:
-    """Combine signals per cause: confidence = 1 - prod(1 - weight); hardware first when confident."""
+def rank(
+    signals: list[Signal], symptom_class: str, engine: str | None = None, values: dict[str, str] | None = None
+) -> list[RankedCause]:
+    """Combine signals per cause: confidence = 1 - prod(1 - weight); hardware first when confident.
+    Fixes are ``engine``'s own, filled with the ``values`` the evidence knows."""
     tree = catalog.tree()
     by_cause: dict[str, list[Signal]] = defaultdict(list)
     for s in signals:
         by_cause[s.cause].append(s)
     ranked = []
+    # Hardware causes the evidence names as such (not only as a line's second guess) rank above the rest.
+    first_hardware: set[str] = set()
     for cause_id, cause_signals in by_cause.items():
         info = tree.cause(cause_id)
         if symptom_class not in info.classes and not info.is_hardware:
             continue
-        remaining = 1.0
+        remaining = primary_remaining = 1.0
         evidence: list[Evidence] = []
         for s in sorted(cause_signals, key=lambda s: -s.weight):
             remaining *= 1.0 - s.weight
+            if not s.secondary:
+                primary_remaining *= 1.0 - s.weight
             if s.evidence not in evidence:
                 evidence.append(s.evidence)
         confidence = min(0.99, 1.0 - remaining)
         if confidence < MIN_CONFIDENCE:
             continue
+        if info.is_hardware and 1.0 - primary_remaining >= HARDWARE_PRECEDENCE:
+            first_hardware.add(cause_id)
         ranked.append(
             RankedCause(
                 id=cause_id,
@@ -65,10 +76,10 @@ def rank(signals: list[Signal], symptom_class: str) -> list[RankedCause]:
                 kind=info.kind,
                 confidence=confidence,
                 evidence=tuple(evidence[:MAX_EVIDENCE_PER_CAUSE]),
-                fixes=info.fixes,
+                fixes=tuple(fixes.fill(f, values or {}) for f in info.fixes_for(engine)),
             )
         )
-    ranked.sort(key=lambda c: (not (c.kind == "hardware" and c.confidence >= HARDWARE_PRECEDENCE), -c.confidence, c.id))
+    ranked.sort(key=lambda c: (c.id not in first_hardware, -c.confidence, c.id))
     return ranked
 
 
@@ -98,7 +109,17 @@ def diagnose(evidence: EvidenceFacts, thresholds: Thresholds | None = None) -> D
     """Classify the symptom, rank its causes with their evidence, and list what was missing."""
     scene = Scene(evidence, thresholds or catalog.thresholds())
     symptom_class, path = walk(scene)
-    causes = [] if symptom_class == "healthy" else rank(signals_for(scene, symptom_class), symptom_class)
+    engine = _engine(evidence)
+    causes = (
+        []
+        if symptom_class in CAUSELESS_CLASSES
+        else rank(
+            signals_for(scene, symptom_class),
+            symptom_class,
+            fixes.fix_engine(scene, engine),
+            fixes.known_values(scene),
+        )
+    )
     problems = [f"{p.source}: {p.message}" for p in _all_problems(evidence)]
     return Diagnosis(
         symptom_class=symptom_class,
@@ -107,7 +128,7 @@ def diagnose(evidence: EvidenceFacts, thresholds: Thresholds | None = None) -> D
         causes=causes,
         missing=missing_evidence(evidence, symptom_class),
         origin=evidence.origin,
-        engine=_engine(evidence),
+        engine=engine,
         engine_version=scene.log.meta.engine_version,
         inputs=list(evidence.read),
         problems=problems,

@@ -12,6 +12,10 @@ from typing import Any
 from llmtriage.facts import Citation
 
 SCHEMA_VERSION = 1
+INCONCLUSIVE_NOTE = (
+    "no line or probe shows the server serving, and none shows it failing: collect the evidence listed below "
+    "(the whole server log from its start is the first)"
+)
 
 
 @dataclass(frozen=True, slots=True)

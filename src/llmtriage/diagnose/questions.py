@@ -13,6 +13,8 @@ from llmtriage import catalog
 from llmtriage.diagnose.model import Evidence
 from llmtriage.diagnose.scene import STARTUP_PHASES, Scene
 from llmtriage.facts import Citation, KernelEvent, LogEvent
+from llmtriage.parse import prom
+from llmtriage.watch.signals import error_counters
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,8 @@ def hardware_fault(scene: Scene) -> Answer:
 
 @answers("server_up")
 def server_up(scene: Scene) -> Answer:
-    """Down when a startup phase failed or the log ends mid-startup; up when it answered."""
+    """Down: a startup phase failed, the log ends mid-startup or in a fatal error with nothing served.
+    Up: a line or probe shows it serving. Unknown: neither (never a guess)."""
     root = scene.root
     if root is not None and root.phase == "server_bind":
         return Answer("no", _ev(root.cite(), "the HTTP server could not bind its port"))
@@ -101,7 +104,8 @@ def server_up(scene: Scene) -> Answer:
         wrapper = scene.startup_wrappers[0]
         cites = _ev(root.cite(), "root cause") if root is not None else ()
         return Answer("no", (*cites, Evidence(wrapper.cite(), "the engine failed to start")))
-    if root is not None and scene.ready is None and scene.effective_phase(root) in STARTUP_PHASES:
+    if root is not None and scene.effective_phase(root) in STARTUP_PHASES and not scene.served_after(root):
+        # Ready lines of a front (Ollama's listener, TGI's router) can precede the model's own start.
         return Answer("no", _ev(root.cite(), f"failed during {scene.effective_phase(root)}"))
     if scene.ready is None:
         exhausted = scene.kv_budget_exhausted
@@ -111,11 +115,12 @@ def server_up(scene: Scene) -> Answer:
         if scene.serving_seen is None and last is not None and last.stage == "cuda_graph_capture":
             return Answer("no", _ev(last.cite(), "the log ends during CUDA graph capture without the server starting"))
     if scene.serving_seen is not None:
-        return Answer("yes", _ev(scene.serving_seen, "the server answered"))
-    return Answer(
-        "yes",
-        (),
-    )
+        return Answer("yes", _ev(scene.serving_seen, "the server served"))
+    if scene.engine_loaded is not None:
+        return Answer("yes", _ev(scene.engine_loaded, "the engine loaded and allocated its KV cache; nothing failed"))
+    if root is not None:
+        return Answer("no", _ev(root.cite(), "a fatal error, and nothing shows the server serving"))
+    return Answer("unknown", _ev(scene.nothing_decisive, "no line or probe shows it serving, none shows it failing"))
 
 
 @answers("startup_oom")
@@ -137,6 +142,11 @@ def startup_oom(scene: Scene) -> Answer:
     last = scene.last_lifecycle_marker
     if root is None and last is not None and last.stage == "cuda_graph_capture":
         return Answer("yes", _ev(last.cite(), "the start died during CUDA graph capture"))
+    tight = scene.weights_left_too_little
+    if tight is not None and (root is None or root.fallback):
+        return Answer(
+            "yes", _ev(tight.citation, f"the weights took {tight.value:.0%} of GPU memory; it died before the KV cache")
+        )
     return Answer("no", _ev(root.cite(), root.signature) if root is not None else ())
 
 
@@ -145,7 +155,7 @@ def startup_oom(scene: Scene) -> Answer:
 
 def engine_died_silently(scene: Scene) -> bool:
     """The engine died while serving and the evidence does not hold the error that killed it."""
-    return scene.root is None and bool(scene.engine_dead or scene.http_posts[2])
+    return scene.root is None and bool(scene.engine_dead or scene.http_posts[2] > scene.http_refused)
 
 
 def huge_last_prefill(scene: Scene) -> Citation | None:
@@ -200,7 +210,7 @@ def requests_fail(scene: Scene) -> Answer:
     t = scene.t
     if scene.engine_dead:
         return Answer("errors (5xx) or timeouts", _ev(scene.engine_dead[0].cite(), "the engine died"))
-    if failed and failed >= max(1.0, t.failed_fraction * total):
+    if failed and failed >= max(1.0, t.slo.error_rate * total):
         return Answer(
             "errors (5xx) or timeouts",
             _ev(
@@ -208,15 +218,22 @@ def requests_fail(scene: Scene) -> Answer:
                 f"{failed} of {total} requests failed with 5xx",
             ),
         )
-    if scene.root is not None and scene.effective_phase(scene.root) == "forward":
-        return Answer("errors (5xx) or timeouts", _ev(scene.root.cite(), "the engine failed while serving"))
+    root = scene.root
+    if root is not None and scene.effective_phase(root) == "forward" and root.family != "timeout":
+        return Answer("errors (5xx) or timeouts", _ev(root.cite(), "the engine failed while serving"))
     overloaded = scene.by_family("overload")
     if overloaded:
         return Answer("errors (5xx) or timeouts", _ev(overloaded[0].cite(), "requests refused: overloaded"))
-    http_5xx = scene.counter_increase("http_5xx")
-    http_all = scene.counter_increase("http_requests")
-    if http_5xx is not None and http_all is not None and http_5xx.value > t.failed_fraction * max(http_all.value, 1):
-        return Answer("errors (5xx) or timeouts", _ev(http_5xx.citation, "5xx responses"))
+    engine = scene.snapshots[-1].engine if scene.snapshots else None
+    bad_name, total_name = error_counters(engine)
+    every = scene.counter_increase(total_name)
+    bad = scene.counter_increase(bad_name, appeared_from_zero=every is not None)
+    if bad is not None and every is not None and bad.value > t.slo.error_rate * max(every.value, 1):
+        share = bad.value / max(every.value, 1)
+        return Answer(
+            "errors (5xx) or timeouts",
+            _ev(bad.citation, f"{share:.1%} of requests failed >= SLO {t.slo.error_rate:.1%}"),
+        )
     request_errors = scene.by_family("request")
     if request_errors and (total == 0 or rejected >= t.rejected_fraction * total):
         return Answer("rejected (4xx)", _ev(request_errors[0].cite(), request_errors[0].signature))
@@ -228,6 +245,10 @@ def requests_fail(scene: Scene) -> Answer:
 
 def _first_5xx(scene: Scene) -> Citation | None:
     return next((c for s, c in sorted(scene.log.http_status_citations.items()) if s >= 500), None)
+
+
+# Stats lines printed on progress (tqdm), not on a timer.
+PROGRESS_BARS = frozenset({"stats_vllm_offline_progress"})
 
 
 def stall_evidence(scene: Scene) -> list[Evidence]:
@@ -253,17 +274,26 @@ def stall_evidence(scene: Scene) -> list[Evidence]:
             )
     run: list[int] = []
     for i, point in enumerate(scene.log.stats):
-        busy = (point.running or 0) + (point.waiting or 0)
-        if busy > 0 and not point.generation_tps and not point.prompt_tps and point.generation_tps is not None:
+        if point.busy > 0 and point.idle_throughput:
             run.append(i)
         else:
             run = []
     if len(run) >= t.stall_stats_points:
         first = scene.log.stats[run[0]]
         found.append(Evidence(first.cite(), f"{len(run)} stats lines in a row with requests but 0 tokens/s"))
-    for event in scene.by_signature("torch_nccl_watchdog_timeout"):
-        if event.stage == "serving":
-            found.append(Evidence(event.cite(), "a collective hung while serving"))
+    elif run and run[-1] == len(scene.log.stats) - 1 and scene.log.stats[-1].signature in PROGRESS_BARS:
+        # A progress bar prints when progress changes: a last line at zero throughput is where the run stands.
+        bar = scene.log.stats[-1]
+        found.append(
+            Evidence(
+                bar.cite(), f"the log ends with {bar.busy:g} requests pending at 0 tokens/s, and no progress after"
+            )
+        )
+    for event in scene.by_family("timeout"):
+        if scene.effective_phase(event) == "forward":
+            collectives = scene.collectives_before(event)
+            done = f" after {collectives:,} collectives" if collectives else ""
+            found.append(Evidence(event.cite(), f"it hung while serving{done}: {event.signature}"))
     return found
 
 
@@ -274,36 +304,59 @@ def tokens_flow(scene: Scene) -> Answer:
     return Answer("yes", tuple(evidence)) if evidence else Answer("no")
 
 
+def over_p95_objective(
+    quantiles: list[tuple[str, float, Citation | None]], objective_ms: float
+) -> tuple[str, float, Citation | None] | None:
+    """The load-test figure that shows a p95 objective missed: the p95 decides when known; else a median or a
+    p99 over it (the p99 is a tail, and the evidence says which it was)."""
+    if quantiles and quantiles[0][0] == "p95":
+        return quantiles[0] if quantiles[0][1] >= objective_ms else None
+    return next((q for q in quantiles if q[1] >= objective_ms), None)
+
+
 @answers("slow_ttft")
 def slow_ttft(scene: Scene) -> Answer:
-    """TTFT p95 above the SLO (metrics or a load test), or a standing queue."""
-    slo = scene.t.slo.ttft_p95_s
-    ttft = scene.histogram_quantile("ttft_seconds", 0.95)
-    if ttft is not None and ttft.value >= slo:
-        return Answer("yes", _ev(ttft.citation, f"TTFT p95 {ttft.value:.2f} s >= SLO {slo:g} s"))
-    tail = scene.bench.ttft_tail_ms()
-    if tail is not None and tail >= slo * 1000:
-        return Answer("yes", _ev(scene.bench.ttft_tail_citation(), f"TTFT {tail / 1000:.1f} s >= SLO {slo:g} s"))
+    """TTFT p95 against the p95 objective (the server's histogram decides when it has one, as watch does), or a
+    queue over the queue objective; a load test's figures only when the server gave none."""
+    slo = scene.t.slo
     waiting = scene.peak_waiting
-    if waiting is not None and waiting.value >= scene.t.waiting_queue and ttft is None:
+    if waiting is not None and waiting.value >= slo.queue:
+        return Answer("yes", _ev(waiting.citation, f"{waiting.value:g} requests waiting >= queue SLO {slo.queue:g}"))
+    ttft = scene.histogram_quantile("ttft_seconds", 0.95)
+    if ttft is not None:
+        if ttft.value >= slo.ttft_p95_s:
+            return Answer("yes", _ev(ttft.citation, f"TTFT p95 {ttft.value:.2f} s >= SLO {slo.ttft_p95_s:g} s"))
+        return Answer("no", _ev(ttft.citation, "TTFT p95 within the SLO"))
+    over = over_p95_objective(scene.bench.quantiles("ttft"), slo.ttft_p95_s * 1000)
+    if over is not None:
+        label, ms, cite = over
+        return Answer("yes", _ev(cite, f"TTFT {label} {ms / 1000:.2f} s >= SLO p95 {slo.ttft_p95_s:g} s"))
+    if waiting is not None and waiting.value >= scene.t.waiting_queue:
         return Answer("yes", _ev(waiting.citation, f"{waiting.value:g} requests waiting"))
-    return Answer("no", _ev(ttft.citation if ttft else None, "TTFT p95 within the SLO"))
+    return Answer("no")
 
 
 def slow_generation_evidence(scene: Scene) -> list[Evidence]:
-    """Signs that decoding is slow: ITL/TPOT over the SLO, preemptions, offload to the CPU, hardware slowdown."""
+    """Signs that decoding is slow: TPOT p95 over the objective (TPOT, else ITL, as watch measures it),
+    preemptions, offload to the CPU, hardware slowdown."""
     t = scene.t
     found: list[Evidence] = []
-    itl = scene.histogram_quantile("itl_seconds", 0.95)
-    if itl is not None and itl.value >= t.slo.itl_p95_s:
+    name, tpot = next(
+        ((n, m) for n in prom.PER_TOKEN_HISTOGRAMS if (m := scene.histogram_quantile(n, 0.95)) is not None),
+        ("", None),
+    )
+    if tpot is not None and tpot.value >= t.slo.itl_p95_s:
+        what = "TPOT" if name == "tpot_seconds" else "ITL"
         found.append(
-            Evidence(itl.citation, f"ITL p95 {itl.value * 1000:.0f} ms >= SLO {t.slo.itl_p95_s * 1000:.0f} ms")
+            Evidence(tpot.citation, f"{what} p95 {tpot.value * 1000:.0f} ms >= SLO {t.slo.itl_p95_s * 1000:.0f} ms")
         )
     bench = scene.bench
-    tpot = bench.tpot_p99_ms or bench.tpot_p95_ms or bench.tpot_mean_ms
-    if tpot is not None and tpot >= t.slo.itl_p95_s * 1000:
-        name = next(n for n in ("tpot_p99_ms", "tpot_p95_ms", "tpot_mean_ms") if getattr(bench, n) is not None)
-        found.append(Evidence(bench.citations.get(name) or Citation("bench"), f"TPOT {tpot:.0f} ms"))
+    over = over_p95_objective(bench.quantiles("tpot"), t.slo.itl_p95_s * 1000) if tpot is None else None
+    if over is not None:
+        label, ms, cite = over
+        found.append(
+            Evidence(cite or Citation("bench"), f"TPOT {label} {ms:.0f} ms >= SLO p95 {t.slo.itl_p95_s * 1000:.0f} ms")
+        )
     if bench.decode_tokens_per_s is not None and bench.decode_tokens_per_s < t.decode_slow_tokens_per_s:
         found.append(
             Evidence(bench.citations["decode_tokens_per_s"], f"decode at {bench.decode_tokens_per_s:g} tokens/s")
@@ -341,3 +394,11 @@ def slow_generation(scene: Scene) -> Answer:
     """Decoding slower than the SLO, or the known reasons decoding is slow."""
     evidence = slow_generation_evidence(scene)
     return Answer("yes", tuple(evidence[:6])) if evidence else Answer("no")
+
+
+@answers("served")
+def served(scene: Scene) -> Answer:
+    """Healthy needs a line or probe that shows serving; an engine that only loaded is not enough."""
+    if scene.serving_seen is not None:
+        return Answer("yes", _ev(scene.serving_seen, "the server served, and nothing above found a problem"))
+    return Answer("no", _ev(scene.engine_loaded, "it loaded, but nothing shows it serving"))

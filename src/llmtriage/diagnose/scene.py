@@ -6,10 +6,11 @@ and turns metrics, stats lines and GPU samples into measured values with their c
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from llmtriage.catalog import Thresholds
+from llmtriage.catalog import FATAL_FAMILIES, SERVING_FAMILIES, Thresholds
 from llmtriage.facts import (
     BenchFigures,
     Citation,
@@ -26,6 +27,7 @@ from llmtriage.facts import (
 )
 from llmtriage.parse import prom
 from llmtriage.parse.logs import LIFECYCLE_PHASES
+from llmtriage.parse.units import size_to_gib
 
 STARTUP_PHASES = frozenset(
     {
@@ -39,9 +41,20 @@ STARTUP_PHASES = frozenset(
         "server_bind",
     }
 )
-FATAL_FAMILIES = frozenset(
-    {"oom", "config", "model_path", "bind", "distributed", "driver", "hardware", "kernel", "killed"}
-)
+_PID_IN_LINE = re.compile(r"\bpid[=:]\s?(\d+)")
+_PROCESS_HOLDS = re.compile(r"Process (?P<pid>\d+) has (?P<size>[\d.]+ [KMG]iB) memory in use")
+
+# HTTP statuses a live server answers when it is too busy to take a request.
+REFUSED_STATUSES = frozenset({429, 503})
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHolder:
+    """A process other than the server that holds GPU memory, and where that was read."""
+
+    pid: int
+    gib: float
+    citation: Citation
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,49 +99,73 @@ class Scene:
                 ended = True
         return epoch
 
+    def served_after(self, event: LogEvent) -> bool:
+        """The server showed it was serving later in the same log (so the error did not bring it down)."""
+        return self.log.last_serving_line.get(event.source, 0) > event.line
+
     @cached_property
     def fatal_errors(self) -> list[LogEvent]:
-        """Errors that can stop a server, in order; those printed while shutting down are artefacts."""
+        """Errors that can stop a server, in order; those printed while shutting down are artefacts, and an
+        uncatalogued exception the server kept serving after was handled."""
         return [
             e
             for e in self.events
-            if e.role == "error" and e.family in FATAL_FAMILIES and (e.stage != "shutdown" or e.family == "hardware")
+            if e.role == "error"
+            and e.family in FATAL_FAMILIES
+            and (e.stage != "shutdown" or e.family == "hardware")
+            and not (e.fallback and self.served_after(e))
         ]
 
     @cached_property
     def root(self) -> LogEvent | None:
-        """The root-cause line: the first fatal error; a worker exit after another error is its consequence."""
-        for event in self.fatal_errors:
-            return event
-        return None
+        """The root-cause line: the first catalogued fatal error (a worker exit after another error is its
+        consequence); only when no catalogued family explains anything, the first uncatalogued fatal line."""
+        catalogued = next((e for e in self.fatal_errors if not e.fallback), None)
+        if catalogued is not None:
+            return catalogued
+        return self.fatal_errors[0] if self.fatal_errors else None
 
     def effective_phase(self, event: LogEvent) -> str:
-        """Where in the lifecycle an error struck: its catalog phase, else the stage the log had reached."""
+        """Where in the lifecycle an error struck: its catalog phase, else the stage the log had reached, else
+        the traceback's frames. A collective that timed out after thousands of others timed out serving."""
+        if self.collectives_before(event) >= self.t.serving_collectives:
+            return "forward"
         if event.phase in STARTUP_PHASES:
             return event.phase
         if event.stage in LIFECYCLE_PHASES:
             return event.stage
         if event.stage == "serving":
             return "forward"
+        if (raised_in := event.value("frame_phase")) is not None:
+            return raised_in
         if self.startup_wrappers:
             return self.startup_wrappers[0].phase
         return event.phase
 
+    @staticmethod
+    def collectives_before(event: LogEvent) -> int:
+        """How many collectives completed before this one (an NCCL watchdog's SeqNum), 0 when not said."""
+        seq = event.value("seq_num")
+        return int(seq) if seq is not None and seq.isdigit() else 0
+
     @cached_property
     def startup_wrappers(self) -> list[LogEvent]:
-        """Wrapper lines that say the startup failed (EngineCore failed to start, Shard failed ...)."""
-        return [e for e in self.events if e.role == "wrapper" and e.phase in STARTUP_PHASES]
+        """Wrapper lines that say the startup failed (EngineCore failed to start, Shard failed ...), and any
+        wrapper printed while the server was still starting (a scheduler exception during weight loading)."""
+        return [
+            e for e in self.events if e.role == "wrapper" and (e.phase in STARTUP_PHASES or e.stage in LIFECYCLE_PHASES)
+        ]
 
     @cached_property
     def engine_dead(self) -> list[LogEvent]:
-        """Wrapper lines that say the engine died while serving (not while being stopped)."""
+        """Wrapper lines that say the engine died while serving (not while being stopped or started)."""
         return [
             e
             for e in self.events
             if e.role == "wrapper"
             and e.family == "engine_dead"
-            and e.phase not in STARTUP_PHASES
             and e.stage != "shutdown"
+            and e not in self.startup_wrappers
         ]
 
     @cached_property
@@ -152,18 +189,51 @@ class Scene:
 
     @cached_property
     def serving_seen(self) -> Citation | None:
-        """Evidence that the server answered: access lines, stats lines, metrics, a health check."""
+        """Evidence that the server served: a ready line, access or stats lines, an answer to a request (a
+        rejection too), a load test's figures, /metrics or /health answering."""
         if self.ready is not None:
             return self.ready.cite()
         if self.log.http_status_citations:
             return next(iter(self.log.http_status_citations.values()))
         if self.log.stats:
             return self.log.stats[0].cite()
+        answered = next((e for e in self.events if e.role == "error" and e.family in SERVING_FAMILIES), None)
+        if answered is not None:
+            return answered.cite()
+        busy = next(
+            (
+                e
+                for e in self.events
+                if self.collectives_before(e) >= self.t.serving_collectives or e.value("frame_phase") == "forward"
+            ),
+            None,
+        )
+        if busy is not None:
+            return busy.cite()
+        if self.bench.citations:
+            return next(iter(self.bench.citations.values()))
         if self.snapshots and self.snapshots[-1].sample_count:
             return Citation(source=self.snapshots[-1].source, excerpt="/metrics answered")
         if self.evidence.health_ok:
             return Citation(source="health check", excerpt="GET /health answered 200")
         return None
+
+    @cached_property
+    def engine_loaded(self) -> Citation | None:
+        """The engine loaded and allocated its KV cache (the last memory step of every engine's start), nothing
+        failed, and the log does not end inside a later startup phase: it came up, though nothing shows it serving."""
+        if self.root is not None or self.startup_wrappers:
+            return None
+        last = self.last_lifecycle_marker
+        if last is None or last.marks != "phase" or last.phase != "kv_alloc":
+            return None
+        return last.cite()
+
+    @property
+    def nothing_decisive(self) -> Citation:
+        """What was read, when none of it decides whether the server is up."""
+        read = ", ".join(self.evidence.read[:4]) or "no evidence"
+        return Citation(source=read, excerpt="no ready line, request, stats line or probe; no fatal error")
 
     @cached_property
     def kv_budget_exhausted(self) -> Citation | None:
@@ -176,6 +246,55 @@ class Scene:
         if mem.num_gpu_blocks is not None and mem.num_gpu_blocks == 0:
             return mem.cite("num_gpu_blocks") or Citation(source="server log")
         return None
+
+    # ------------------------------------------------------------ processes
+
+    @cached_property
+    def server_pids(self) -> frozenset[int]:
+        """The server's own process ids, as its log prints them (uvicorn's banner, vLLM's `(EngineCore pid=N)`)."""
+        pids = {int(m.group(1)) for e in self.log.events for m in _PID_IN_LINE.finditer(e.text)}
+        if self.log.meta.server_pid is not None:
+            pids.add(int(self.log.meta.server_pid))
+        return frozenset(pids)
+
+    @cached_property
+    def other_process(self) -> GpuHolder | None:
+        """The biggest process an OOM message names as holding GPU memory that is not the server itself."""
+        best: GpuHolder | None = None
+        for event in self.fatal_errors:
+            if event.family != "oom":
+                continue
+            for m in _PROCESS_HOLDS.finditer(event.text):
+                pid, gib = int(m.group("pid")), size_to_gib(m.group("size")) or 0.0
+                if pid in self.server_pids:
+                    continue
+                if best is None or gib > best.gib:
+                    best = GpuHolder(pid, gib, event.cite())
+        return best
+
+    @cached_property
+    def on_cpu(self) -> bool:
+        """The server runs on the CPU (vLLM's CPU backend): its memory is host RAM, its fixes are CPU knobs."""
+        if (self.memory.device or "").lower() == "cpu":
+            return True
+        if self.launch is not None and self.launch.cpu_kv_cache_space_gib is not None:
+            return True
+        return any("CPU KV cache usage" in p.text and "GPU KV cache" not in p.text for p in self.log.stats[:1])
+
+    @cached_property
+    def weights_left_too_little(self) -> Measure | None:
+        """The start died after weights that fill the GPU, before any KV cache existed: the share they took."""
+        mem = self.memory
+        if self.ready is not None or mem.weights_gib is None or self.kv_capacity_tokens is not None:
+            return None
+        if any(e.marks == "phase" and e.phase in ("kv_alloc", "cuda_graph_capture") for e in self.events):
+            return None
+        total = mem.total_memory_gib
+        if total is None and mem.free_after_weights_gib is not None:
+            total = mem.weights_gib + mem.free_after_weights_gib
+        if not total or mem.weights_gib / total < self.t.weights_share_tight:
+            return None
+        return Measure(mem.weights_gib / total, mem.cite("weights_gib") or Citation(source="server log"))
 
     # ------------------------------------------------------------ configuration
 
@@ -284,10 +403,11 @@ class Scene:
                 best = Measure(value, _metric(snap.raw_names.get(name, name), value, snap.source))
         return best
 
-    def counter_increase(self, name: str) -> Measure | None:
-        """How much a counter grew over the window; with one scrape, its value since start."""
+    def counter_increase(self, name: str, *, appeared_from_zero: bool = False) -> Measure | None:
+        """How much a counter grew over the window; with one scrape, its value since start. With
+        ``appeared_from_zero``, a counter first scraped inside the window started there (prom.Window.delta)."""
         if self.window is not None:
-            delta = self.window.delta(name)
+            delta = self.window.delta(name, appeared_from_zero=appeared_from_zero)
             if delta is None:
                 return None
             raw = self.window.last.raw_names.get(name, name)
@@ -358,10 +478,11 @@ class Scene:
 
     @cached_property
     def http_posts(self) -> tuple[int, int, int]:
-        """(POST requests, rejected 400/413/422, failed 5xx) from access-log lines."""
+        """(POST requests, rejected 400/413/422, failed 5xx) from access-log lines (every engine's POSTs are
+        its inference requests: /v1/..., /generate, /api/generate, /completion)."""
         total = rejected = failed = 0
-        for (method, path, status), count in self.log.http_status.items():
-            if method != "POST" or not path.startswith("/v1"):
+        for (method, _, status), count in self.log.http_status.items():
+            if method != "POST":
                 continue
             total += count
             if status in (400, 413, 422):
@@ -369,3 +490,12 @@ class Scene:
             elif status >= 500:
                 failed += count
         return total, rejected, failed
+
+    @cached_property
+    def http_refused(self) -> int:
+        """POSTs refused for load (429 Too Many Requests, 503 busy): the server is alive and full, not dead."""
+        return sum(
+            count
+            for (method, _, status), count in self.log.http_status.items()
+            if method == "POST" and status in REFUSED_STATUSES
+        )

@@ -7,11 +7,14 @@ becomes a problem on the evidence, never an exception; logs are streamed, other 
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from llmtriage.bench import result as bench_result
 from llmtriage.facts import (
@@ -56,6 +59,61 @@ def read_capped(path: Path, name: str, problems: list[Problem]) -> str | None:
     return data.decode("utf-8", "replace")
 
 
+# How much of a log is looked at to tell text from binary, and the share of that which may be non-text.
+SNIFF_BYTES = 64 << 10
+BINARY_SHARE = 0.1
+_TEXT_CONTROLS = frozenset(b"\t\n\r\x1b\x0c")
+
+
+@dataclass(slots=True)
+class OpenedLog:
+    """A log's bytes as UTF-8-compatible text (gzip inflated, UTF-16 re-encoded), or why it is not a text log."""
+
+    stream: BinaryIO
+    unreadable: str | None = None
+
+    def __enter__(self) -> OpenedLog:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stream.close()
+
+
+def open_log(path: Path) -> OpenedLog:
+    """Open ``path`` as a log: regular files only; empty, binary or undecodable ones say why."""
+    if not path.is_file():
+        return OpenedLog(io.BytesIO(), "not a regular file (a FIFO or device is never read)")
+    raw: BinaryIO = path.open("rb")
+    head = raw.read(SNIFF_BYTES)
+    if head[:2] == b"\x1f\x8b":
+        raw.seek(0)
+        raw = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
+        head = raw.read(SNIFF_BYTES)
+    raw.seek(0)
+    if not head.strip():
+        return OpenedLog(raw, "empty: no log lines")
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or _utf16_without_bom(head):
+        data = raw.read(MAX_TEXT_BYTES)
+        raw.close()
+        encoding = "utf-16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-16-le"
+        return OpenedLog(io.BytesIO(data.decode(encoding, "replace").encode("utf-8")))
+    if _looks_binary(head):
+        return OpenedLog(raw, "binary data, not a text log (give the log as text, gzip or UTF-16)")
+    return OpenedLog(raw)
+
+
+def _utf16_without_bom(head: bytes) -> bool:
+    """Little-endian UTF-16 ASCII text: every other byte is NUL."""
+    sample = head[:512]
+    return len(sample) >= 8 and sample[1::2].count(0) >= 0.9 * len(sample[1::2]) and sample[0::2].count(0) == 0
+
+
+def _looks_binary(head: bytes) -> bool:
+    text = head.decode("utf-8", "replace")
+    odd = sum(1 for ch in text if ch == "\ufffd" or (ord(ch) < 32 and ord(ch) not in _TEXT_CONTROLS))
+    return odd > BINARY_SHARE * max(len(text), 1)
+
+
 class _Reader:
     def __init__(self, root: Path | None, evidence: Evidence) -> None:
         self.root = root
@@ -73,15 +131,19 @@ class _Reader:
         return read_capped(path, self.name(path), self.evidence.problems)
 
     def log(self, path: Path) -> None:
+        name = self.name(path)
         facts = self.evidence.logs or LogFacts()
         try:
-            with path.open("rb") as f:
-                logs.read_log(f, self.name(path), facts)
-        except OSError as e:
-            self.evidence.problems.append(Problem(self.name(path), f"cannot read: {e.strerror or e}"))
+            with open_log(path) as opened:
+                if opened.unreadable is not None:
+                    self.evidence.problems.append(Problem(name, opened.unreadable))
+                    return
+                logs.read_log(opened.stream, name, facts)
+        except (OSError, EOFError, zlib.error) as e:
+            self.evidence.problems.append(Problem(name, f"cannot read: {getattr(e, 'strerror', None) or e}"))
             return
         self.evidence.logs = facts
-        self.evidence.read.append(self.name(path))
+        self.evidence.read.append(name)
 
     def gpu_text(self, path: Path) -> None:
         text = self.text(path)

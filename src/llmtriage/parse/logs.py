@@ -28,12 +28,17 @@ from llmtriage.parse.scanner import LineScanner, ScanTotals
 from llmtriage.parse.units import number, size_to_gib
 
 LIFECYCLE_PHASES = frozenset({"weights_load", "profile_run", "kv_alloc", "cuda_graph_capture"})
-ENGINES = frozenset({"vllm", "sglang", "tgi", "llama_cpp", "ollama"})
+ENGINES = frozenset(catalog.engines())
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 EXCERPT_CHARS = 360
 # The first N events of a signature are kept, plus its last one; the rest are only counted.
 EVENTS_PER_SIGNATURE = 200
 STATS_CAP = 20_000
+# A traceback frame this many lines above an error line is part of its traceback; a traceback keeps this many.
+FRAME_REACH = 80
+MAX_FRAMES = 200
+# Roles whose match on a line means a catalogued family explains it: the fallback signatures then stay silent.
+_EXPLAINING_ROLES = frozenset({"error", "wrapper", "context"})
 
 
 @cache
@@ -59,6 +64,9 @@ def _field_value(name: str, raw: str) -> tuple[str, Any]:
     if name.endswith("_pct"):
         value = number(raw)
         return name[: -len("_pct")] + "_ratio", None if value is None else value / 100.0
+    if name.endswith("_secs"):
+        value = number(raw)
+        return name[: -len("_secs")] + "_ms", None if value is None else value * 1000.0
     return name, raw
 
 
@@ -66,6 +74,9 @@ class _FileState:
     def __init__(self) -> None:
         self.stage = "unknown"
         self.overflow: dict[str, LogEvent] = {}
+        # The frames of the traceback being read: (line, file, function).
+        self.frames: list[tuple[int, str, str]] = []
+        self.frames_used = False
 
 
 def read_log(stream: BinaryIO, source: str, facts: LogFacts) -> None:
@@ -76,33 +87,54 @@ def read_log(stream: BinaryIO, source: str, facts: LogFacts) -> None:
     facts.sources.append(source)
     for hit in scanner.scan(stream, totals):
         text = _ANSI.sub("", hit.line.decode("utf-8", "replace")).rstrip("\r")
+        explained = False
+        fallbacks: list[tuple[Signature, re.Match[str]]] = []
         for pattern_id in sorted(hit.pattern_ids):
             sig = sigs[pattern_id]
             m = sig.regex.search(text)
             if m is None:
                 continue
+            if sig.fallback:
+                fallbacks.append((sig, m))
+                continue
+            explained = explained or sig.role in _EXPLAINING_ROLES
             _apply(sig, m, text, source, hit.line_no, facts, state)
+        if not explained:
+            for sig, m in fallbacks[:1]:
+                _apply(sig, m, text, source, hit.line_no, facts, state)
+        if state.frames_used:
+            state.frames, state.frames_used = [], False
     facts.events.extend(state.overflow.values())
-    facts.events.sort(key=lambda e: (facts.sources.index(e.source), e.line))
+    order = {name: i for i, name in enumerate(facts.sources)}
+    facts.events.sort(key=lambda e: (order[e.source], e.line))
     facts.lines_scanned += totals.lines
     facts.bytes_scanned += totals.bytes
+    facts.line_counts[source] = totals.lines
 
 
 def _apply(
     sig: Signature, m: re.Match[str], text: str, source: str, line_no: int, facts: LogFacts, state: _FileState
 ) -> None:
+    if sig.role == "frame":
+        if m.group("file") is None:
+            state.frames = []
+        elif len(state.frames) < MAX_FRAMES:
+            state.frames.append((line_no, m.group("file"), m.group("func")))
+        return
     cite = Citation(source=source, line=line_no, excerpt=excerpt(text, m.start()))
     if sig.engine in ENGINES:
         facts.engine_votes[sig.engine] += 1
-    groups = {k: v for k, v in m.groupdict().items() if v is not None}
+    groups = {k.split("__", 1)[0]: v for k, v in m.groupdict().items() if v is not None}
     if sig.target is not None and groups:
         _set_facts(facts, sig.target, groups, cite)
     if sig.role == "stats":
         state.stage = "serving"
+        facts.last_serving_line[source] = line_no
         _add_stats(facts, sig.id, groups, cite)
         return
     if sig.role == "access":
         state.stage = "serving"
+        facts.last_serving_line[source] = line_no
         status = int(groups["status"])
         facts.http_status[(groups["method"], groups["path"], status)] += 1
         facts.http_status_citations.setdefault(status, cite)
@@ -114,10 +146,16 @@ def _apply(
     if sig.role == "marker":
         if sig.marks == "ready":
             state.stage = "serving"
+            facts.last_serving_line[source] = line_no
         elif sig.marks == "shutdown":
             state.stage = "shutdown"
         else:
             state.stage = sig.phase
+    if sig.role == "error" and sig.family in catalog.SERVING_FAMILIES:
+        facts.last_serving_line[source] = line_no
+    if sig.role in ("error", "wrapper") and state.frames and line_no - state.frames[-1][0] <= FRAME_REACH:
+        groups = {**groups, **_frame_values(state.frames)}
+        state.frames_used = True
     event = LogEvent(
         signature=sig.id,
         engine=sig.engine,
@@ -131,12 +169,25 @@ def _apply(
         stage=state.stage,
         values=tuple(sorted(groups.items())),
         marks=sig.marks,
+        fallback=sig.fallback,
     )
     facts.event_counts[sig.id] += 1
     if facts.event_counts[sig.id] <= EVENTS_PER_SIGNATURE:
         facts.events.append(event)
     else:
         state.overflow[sig.id] = event
+
+
+def _frame_values(frames: list[tuple[int, str, str]]) -> dict[str, str]:
+    """Where a traceback was raised: its last frame, and the phase its deepest recognisable frame names."""
+    _, file, func = frames[-1]
+    values = {"frame_file": file, "frame_func": func}
+    for _, _, name in reversed(frames):
+        phase = next((fp.phase for fp in catalog.frame_phases() if fp.pattern.search(name)), None)
+        if phase is not None:
+            values["frame_phase"] = phase
+            break
+    return values
 
 
 _RECORD_TYPES: dict[str, type] = {

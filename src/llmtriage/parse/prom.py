@@ -193,6 +193,11 @@ def histogram_delta(old: Histogram | None, new: Histogram | None) -> Histogram |
     return Histogram(buckets=tuple(deltas), total=max(0.0, new.total - old.total), count=new.count - old.count)
 
 
+# Time per output token, as an SLO compares it: the per-request TPOT histogram when it has observations (it is
+# recorded when a request finishes), else the inter-token latency, the same quantity token by token.
+PER_TOKEN_HISTOGRAMS = ("tpot_seconds", "itl_seconds")
+
+
 def counter_delta(old: float | None, new: float | None) -> float | None:
     """Increase of a counter between two scrapes; a reset (value falling) counts from zero."""
     if new is None:
@@ -214,9 +219,13 @@ class Window:
         """Observations of histogram ``name`` inside the window."""
         return histogram_delta(self.first.histograms.get(name), self.last.histograms.get(name))
 
-    def delta(self, name: str) -> float | None:
-        """Increase of counter ``name`` inside the window."""
-        return counter_delta(self.first.counters.get(name), self.last.counters.get(name))
+    def delta(self, name: str, *, appeared_from_zero: bool = False) -> float | None:
+        """Increase of counter ``name`` inside the window. With ``appeared_from_zero``, a counter the first scrape
+        lacks started inside the window (labelled counters such as the 5xx count appear on their first event)."""
+        old = self.first.counters.get(name)
+        if old is None and appeared_from_zero and self.first.sample_count:
+            old = 0.0
+        return counter_delta(old, self.last.counters.get(name))
 
     def rate(self, name: str) -> float | None:
         """Per-second increase of counter ``name``; None without timestamps."""

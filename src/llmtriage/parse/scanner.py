@@ -69,7 +69,7 @@ class _HyperscanMatcher:
 
 class _RegexMatcher:
     def __init__(self, patterns: Sequence[str]) -> None:
-        self._regexes = [re.compile(p.encode("utf-8"), re.MULTILINE) for p in patterns]
+        self._regexes = [re.compile(single_line(p).encode("utf-8"), re.MULTILINE) for p in patterns]
 
     def match_ends(self, block: bytes) -> list[tuple[int, int]]:
         return [(m.end(), i) for i, rx in enumerate(self._regexes) for m in rx.finditer(block)]
@@ -80,7 +80,43 @@ _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 def _to_hyperscan(pattern: str) -> str:
     # Hyperscan has no capture semantics; named groups become plain groups.
-    return _NAMED_GROUP.sub("(?:", pattern)
+    return _NAMED_GROUP.sub("(?:", single_line(pattern))
+
+
+_CLASS_SPACE = " \\t\\r\\f\\v"
+
+
+def single_line(pattern: str) -> str:
+    """``pattern`` unable to match across a newline when run over a block of lines: ``\\s`` and negated classes
+    (``[^x]``) stop at line ends, as they do when the pattern is run over one line."""
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            pair = pattern[i : i + 2]
+            if pair == "\\s":
+                out.append(_CLASS_SPACE if in_class else "[^\\S\\n]")
+            else:
+                out.append(pair)
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+            if pattern.startswith("[^]", i):  # a `]` first in a class is a literal
+                out.append("[^]\\n")
+                i += 3
+                continue
+            if pattern.startswith("[^", i):
+                out.append("[^\\n")
+                i += 2
+                continue
+        elif c == "]" and in_class and out[-1] not in ("[", "[^\\n"):
+            in_class = False
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 class LineScanner:

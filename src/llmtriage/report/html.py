@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from llmtriage import __version__, catalog
 from llmtriage.catalog import Thresholds, Tree
-from llmtriage.diagnose.model import Diagnosis, Evidence, PathStep
+from llmtriage.diagnose.model import INCONCLUSIVE_NOTE, Diagnosis, Evidence, PathStep
 from llmtriage.facts import BenchFigures, Citation, GpuFacts, GpuSample, KernelFacts, LaunchConfig, MetricsFacts
 from llmtriage.facts import Evidence as EvidenceFacts
 from llmtriage.report import svg, timeseries
@@ -168,6 +168,8 @@ def _verdict(diagnosis: Diagnosis) -> str:
             lines.append(f'<p class="small">Also: {others}</p>')
     elif diagnosis.healthy:
         lines.append("<p>Nothing wrong found in the evidence.</p>")
+    elif diagnosis.symptom_class == "inconclusive":
+        lines.append(f"<p>{esc(INCONCLUSIVE_NOTE)}</p>")
     else:
         lines.append("<p>No cause could be named from this evidence: see what was missing below.</p>")
     if diagnosis.seen_before:
@@ -234,6 +236,8 @@ def _causes(diagnosis: Diagnosis) -> str:
     if not diagnosis.causes:
         if diagnosis.healthy:
             return "<p>None: the server looks healthy in this evidence.</p>"
+        if diagnosis.symptom_class == "inconclusive":
+            return f"<p>None named: {esc(INCONCLUSIVE_NOTE)}</p>"
         return "<p>No cause reached the confidence to be named. The missing evidence below is the next step.</p>"
     out = []
     for rank, cause in enumerate(diagnosis.causes, start=1):

@@ -11,9 +11,9 @@ from rich.text import Text
 from rich.tree import Tree as RichTree
 
 from llmtriage import catalog
-from llmtriage.diagnose.model import Diagnosis, Evidence
+from llmtriage.diagnose.model import INCONCLUSIVE_NOTE, Diagnosis, Evidence
 
-_CLASS_STYLE = {"healthy": "green"}
+_CLASS_STYLE = {"healthy": "green", "inconclusive": "bold yellow"}
 
 
 def _evidence_line(evidence: Evidence) -> Text:
@@ -59,6 +59,8 @@ def build(diagnosis: Diagnosis) -> RenderableType:
             parts.append(block)
     elif diagnosis.healthy:
         parts.append(Text("\nNothing wrong found.", style="green"))
+    elif diagnosis.symptom_class == "inconclusive":
+        parts.append(Text(f"\nInconclusive: {INCONCLUSIVE_NOTE}.", style="yellow"))
 
     if diagnosis.seen_before:
         parts.append(Text("\nSeen before (runbook)", style="bold"))

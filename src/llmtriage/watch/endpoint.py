@@ -54,7 +54,7 @@ class Frame:
     window_s: float | None = None
     ttft_p95_s: float | None = None
     tpot_p95_s: float | None = None
-    tpot_from_itl: bool = False  # no per-request TPOT histogram: the ITL one stands in
+    tpot_from_itl: bool = False  # no per-request TPOT observed in the window: the ITL one stands in
     itl_p95_s: float | None = None
     running: float | None = None
     waiting: float | None = None
@@ -199,7 +199,7 @@ class EndpointState:
             window_s=window.seconds if window is not None else None,
             ttft_p95_s=w.ttft_p95_s,
             tpot_p95_s=w.tpot_p95_s,
-            tpot_from_itl="tpot_seconds" not in last.histograms,
+            tpot_from_itl=w.tpot_from_itl,
             itl_p95_s=w.itl_p95_s,
             running=last.gauges.get("running"),
             waiting=last.gauges.get("waiting"),
@@ -218,6 +218,7 @@ class Windowed:
 
     ttft_p95_s: float | None = None
     tpot_p95_s: float | None = None
+    tpot_from_itl: bool = False
     itl_p95_s: float | None = None
     preemptions_per_s: float | None = None
     prompt_tokens_per_s: float | None = None
@@ -229,27 +230,20 @@ def _windowed(window: prom.Window) -> Windowed:
     def p95(name: str) -> float | None:
         return prom.quantile(window.histogram(name), LATENCY_QUANTILE)
 
-    tpot_name = "tpot_seconds" if "tpot_seconds" in window.last.histograms else "itl_seconds"
-    bad, total = _error_counters(window.last.engine)
-    bad_delta, total_delta = window.delta(bad), window.delta(total)
+    tpot = next(((n, v) for n in prom.PER_TOKEN_HISTOGRAMS if (v := p95(n)) is not None), (None, None))
+    bad, total = signals.error_counters(window.last.engine)
+    total_delta = window.delta(total)
+    bad_delta = window.delta(bad, appeared_from_zero=total_delta is not None)
     return Windowed(
         ttft_p95_s=p95("ttft_seconds"),
-        tpot_p95_s=p95(tpot_name),
+        tpot_p95_s=tpot[1],
+        tpot_from_itl=tpot[0] == "itl_seconds",
         itl_p95_s=p95("itl_seconds"),
         preemptions_per_s=window.rate("preemptions"),
         prompt_tokens_per_s=window.rate("prompt_tokens"),
         generation_tokens_per_s=window.rate("generation_tokens"),
         error_ratio=(bad_delta or 0.0) / total_delta if total_delta else None,
     )
-
-
-def _error_counters(engine: str | None) -> tuple[str, str]:
-    """The canonical counters of failed and all requests for ``engine`` (watch/signals.yaml ``errors``)."""
-    if engine in signals.engines():
-        found = signals.engine_signals(engine)
-        if found.error_bad is not None and found.error_total is not None:
-            return found.error_bad.canonical, found.error_total.canonical
-    return "http_5xx", "http_requests"
 
 
 def _restart_reason(old: MetricSnapshot, new: MetricSnapshot) -> tuple[str, str] | None:

@@ -148,6 +148,16 @@ def _belongs(name: str, prefix: str, prefixes: dict[str, str]) -> bool:
 
 
 @cache
+def error_counters(engine: str | None) -> tuple[str, str]:
+    """The canonical counters of failed and all requests for ``engine`` (signals.yaml ``errors``): the error-rate
+    SLI that watch alerts on and the diagnosis' "do requests fail?" both read."""
+    if engine in engines():
+        found = engine_signals(engine)
+        if found.error_bad is not None and found.error_total is not None:
+            return found.error_bad.canonical, found.error_total.canonical
+    return "http_5xx", "http_requests"
+
+
 def engine_signals(engine: str, version: str | None = None) -> EngineSignals:
     """What ``engine`` at ``version`` (None: the newest) exposes for each catalog metric."""
     data = _data()["engines"]

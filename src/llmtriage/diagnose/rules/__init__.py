@@ -21,11 +21,13 @@ class Signal:
     cause: str
     weight: float
     evidence: Evidence
+    # A line's second or later cause: it adds weight, but does not make a hardware cause jump the queue.
+    secondary: bool = False
 
 
-def signal(cause: str, weight: float, citation: Citation | None, note: str = "") -> Signal:
+def signal(cause: str, weight: float, citation: Citation | None, note: str = "", *, secondary: bool = False) -> Signal:
     """A signal citing ``citation`` (a placeholder when the source has no line to cite)."""
-    return Signal(cause, weight, Evidence(citation or Citation(source="(derived)"), note))
+    return Signal(cause, weight, Evidence(citation or Citation(source="(derived)"), note), secondary)
 
 
 Rule = Callable[[Scene], Iterable[Signal]]

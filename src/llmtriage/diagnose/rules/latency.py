@@ -245,9 +245,9 @@ def offload(scene: Scene) -> Iterator[Signal]:
 
 @rule("slow_generation")
 def eager_mode(scene: Scene) -> Iterator[Signal]:
-    """--enforce-eager turns CUDA graphs off."""
+    """--enforce-eager turns CUDA graphs off (on a GPU: the CPU backend has none to turn off)."""
     launch = scene.launch
-    if launch is not None and launch.enforce_eager:
+    if launch is not None and launch.enforce_eager and not scene.on_cpu:
         yield signal(
             "enforce_eager_disables_cuda_graphs",
             0.25,

@@ -164,16 +164,14 @@ def killed_worker(scene: Scene) -> Iterator[Signal]:
 
 @rule("request_failure")
 def overload(scene: Scene) -> Iterator[Signal]:
-    """Requests refused because the queue is full."""
-    for (_, _, status), count in scene.log.http_status.items():
-        if status == 429:
-            yield signal(
-                "queueing_over_capacity",
-                0.5,
-                scene.log.http_status_citations.get(429),
-                f"{count} requests answered 429 Too Many Requests",
-            )
-            break
+    """Requests refused because the server is full (429, 503): queueing past what it admits."""
+    refused = scene.http_refused
+    if not refused:
+        return
+    total = scene.http_posts[0]
+    cite = scene.log.http_status_citations.get(503) or scene.log.http_status_citations.get(429)
+    weight = 0.6 if refused >= 0.5 * total else 0.4
+    yield signal("queueing_over_capacity", weight, cite, f"{refused} of {total} requests refused as busy (429/503)")
 
 
 @rule("request_rejected")

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from llmtriage.diagnose.rules import Signal, rule, signal
 from llmtriage.diagnose.scene import Scene
 from llmtriage.facts import Citation
-from llmtriage.parse.units import size_to_gib
 
-_OTHER_PROCESS = re.compile(r"Process (?P<pid>\d+) has (?P<size>[\d.]+ [KMG]iB) memory in use")
 _WEIGHT_OOM_PHASES = frozenset({"weights_load"})
 # OOM messages that say nothing about where they struck: PyTorch's allocator and the CUDA runtime.
 _GENERIC_OOM_ENGINES = frozenset({"pytorch", "cuda"})
@@ -51,6 +48,14 @@ def memory_budget(scene: Scene) -> Iterator[Signal]:
             0.4,
             mem.cite("weights_gib"),
             f"the weights alone take {_gib(mem.weights_gib)} of {_gib(total)}",
+        )
+    tight = scene.weights_left_too_little
+    if tight is not None:
+        yield signal(
+            "weights_kv_exceed_memory",
+            0.5,
+            tight.citation,
+            f"the weights took {tight.value:.0%} of GPU memory and the start died before a KV cache was allocated",
         )
     needed, free = mem.required_memory_gib, mem.free_memory_gib
     if needed is not None and free is not None and needed > free:
@@ -123,9 +128,10 @@ def utilization_headroom(scene: Scene) -> Iterator[Signal]:
     )
 
 
-@rule("startup_oom")
+@rule("startup_oom", "startup_failure")
 def requested_above_memory(scene: Scene) -> Iterator[Signal]:
-    """A KV space asked for beyond all memory is a setting, not a neighbour."""
+    """A KV space asked for beyond all memory is a setting, not a neighbour; so is a shortfall smaller than the
+    server's own CUDA context (what it holds itself before the check)."""
     mem = scene.memory
     if mem.requested_memory_gib is None or mem.total_memory_gib is None:
         return
@@ -139,36 +145,44 @@ def requested_above_memory(scene: Scene) -> Iterator[Signal]:
         )
     elif mem.free_memory_gib is not None and mem.requested_memory_gib > mem.free_memory_gib:
         used = mem.total_memory_gib - mem.free_memory_gib
-        yield signal(
-            "other_process_holds_memory",
-            0.6,
-            cite,
-            f"{_gib(used)} of {_gib(mem.total_memory_gib)} already in use before start;"
-            f" asked for {_gib(mem.requested_memory_gib)}",
-        )
+        shortfall = mem.requested_memory_gib - mem.free_memory_gib
+        if shortfall < scene.t.cuda_context_gib or used < scene.t.cuda_context_gib:
+            yield signal(
+                "gpu_mem_util_too_high",
+                0.8,
+                cite,
+                f"{_gib(shortfall)} short, {_gib(used)} in use before start: about one CUDA context, the server's"
+                " own; the utilization asks for all the rest",
+            )
+        else:
+            yield signal(
+                "other_process_holds_memory",
+                0.6,
+                cite,
+                f"{_gib(used)} of {_gib(mem.total_memory_gib)} already in use before start;"
+                f" asked for {_gib(mem.requested_memory_gib)}",
+            )
 
 
 @rule("startup_oom", "runtime_oom")
 def other_processes(scene: Scene) -> Iterator[Signal]:
-    """Other processes named in a torch OOM message, or listed by nvidia-smi."""
-    for event in scene.fatal_errors:
-        if event.family != "oom":
-            continue
-        m = _OTHER_PROCESS.search(event.text)
-        if m is not None:
-            size = size_to_gib(m.group("size")) or 0.0
-            total = scene.memory.total_memory_gib
-            share = min(1.0, size / total) if total else 0.0
-            yield signal(
-                "other_process_holds_memory",
-                0.5 + 0.4 * share,
-                event.cite(),
-                f"process {m.group('pid')} holds {_gib(size)} on the GPU"
-                + (f" ({share:.0%} of {_gib(total)})" if total else ""),
-            )
-            break
-    processes = scene.gpu.processes
-    if len(processes) >= 2:
+    """Another process named in a torch OOM message (never the server's own), or listed by nvidia-smi."""
+    holder = scene.other_process
+    if holder is not None:
+        total = scene.memory.total_memory_gib
+        share = min(1.0, holder.gib / total) if total else 0.0
+        yield signal(
+            "other_process_holds_memory",
+            0.5 + 0.4 * share,
+            holder.citation,
+            f"process {holder.pid} holds {_gib(holder.gib)} on the GPU"
+            + (f" ({share:.0%} of {_gib(total)})" if total else ""),
+        )
+    listed = scene.gpu.processes
+    processes = [p for p in listed if p.pid not in scene.server_pids]
+    server_listed = len(processes) < len(listed)
+    # Without the server's PID, two processes or more mean at least one other; with it, any other does.
+    if (server_listed and processes) or len(processes) >= 2:
         held = sum(p.used_memory_mib or 0 for p in processes) / 1024
         names = ", ".join(f"{p.pid} {p.name}" for p in processes[:4])
         yield signal(

@@ -1,0 +1,370 @@
+"""Every comparison a cause rule makes, tested on both sides of its threshold: a rule that inverts one fails here.
+
+The numbers sit just inside and just outside the thresholds of catalog/thresholds.yaml (read, not copied), so a
+changed threshold moves the test with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmtriage import catalog
+from llmtriage.diagnose import questions
+from llmtriage.diagnose.rules import latency, runtime, startup
+from llmtriage.diagnose.rules.signatures import unrecognized
+
+from .scenes import INF, prom, scene, signals
+
+T = catalog.thresholds()
+PREEMPTIONS = "vllm:num_preemptions_total"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+WAITING = "vllm:num_requests_waiting"
+RUNNING = "vllm:num_requests_running"
+
+
+def _two(before: dict[str, float], after: dict[str, float]) -> list[str]:
+    """Two scrapes (30 s apart once laid out): counters in ``before``, then in ``after``."""
+    return [prom(counters=before), prom(counters=after)]
+
+
+# ---------------------------------------------------------------- KV pressure (slow generation, slow TTFT)
+
+
+@pytest.mark.parametrize(("grew", "named"), [(0, False), (4, True)])
+def test_kv_pressure_counts_preemptions_only_when_they_grew(tmp_path: Path, grew: int, named: bool) -> None:
+    found = scene(tmp_path, scrapes=_two({PREEMPTIONS: 10}, {PREEMPTIONS: 10 + grew}))
+    notes = [n for _, _, n in signals(latency.kv_pressure, found)]
+    assert any("preemptions" in n for n in notes) is named, notes
+
+
+@pytest.mark.parametrize(("usage", "named"), [(T.kv_usage_high - 0.05, False), (T.kv_usage_high + 0.05, True)])
+def test_kv_pressure_needs_the_cache_nearly_full(tmp_path: Path, usage: float, named: bool) -> None:
+    found = scene(tmp_path, scrapes=[prom(gauges={KV_USAGE: usage})])
+    notes = [n for _, _, n in signals(latency.kv_pressure, found)]
+    assert any("KV cache usage reached" in n for n in notes) is named, notes
+
+
+@pytest.mark.parametrize(("usage", "named"), [(0.5, False), (T.kv_usage_high + 0.02, True)])
+def test_requests_waiting_are_kv_pressure_only_when_the_cache_is_full(
+    tmp_path: Path, usage: float, named: bool
+) -> None:
+    log = (
+        "INFO 01-01 00:00:10 [loggers.py:1] Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation "
+        f"throughput: 20.0 tokens/s, Running: 4 reqs, Waiting: 6 reqs, GPU KV cache usage: {usage * 100:.1f}%\n"
+    )
+    notes = [n for _, _, n in signals(latency.kv_pressure, scene(tmp_path, log=log))]
+    assert any("requests waiting while the KV cache" in n for n in notes) is named, notes
+
+
+# ---------------------------------------------------------------- queueing and prefill (slow TTFT)
+
+
+@pytest.mark.parametrize(
+    ("waiting", "weight"), [(0, None), (1, 0.2), (T.waiting_queue - 1, 0.2), (T.waiting_queue, 0.4)]
+)
+def test_queueing_weighs_the_queue_by_its_length(tmp_path: Path, waiting: float, weight: float | None) -> None:
+    found = signals(latency.queueing, scene(tmp_path, scrapes=[prom(gauges={WAITING: waiting})]))
+    assert [w for _, w, _ in found] == ([] if weight is None else [weight])
+
+
+@pytest.mark.parametrize(("queue_s", "named"), [(0.2, False), (0.8, True)])
+def test_queue_time_dominating_ttft_is_queueing(tmp_path: Path, queue_s: float, named: bool) -> None:
+    # Ten requests: TTFT sums to 10 s (mean 1 s); queue time sums to the share asked for, on either side of it.
+    text = prom(histograms={"vllm:time_to_first_token_seconds": {1.0: 0, 2.0: 10, INF: 10}})
+    queue = prom(histograms={"vllm:request_queue_time_seconds": {0.5: 0, 1.0: 10, INF: 10}}).replace(
+        'vllm:request_queue_time_seconds_sum{model_name="m"} 10',
+        f'vllm:request_queue_time_seconds_sum{{model_name="m"}} {queue_s * 10 / T.queue_share}',
+    )
+    notes = [n for _, _, n in signals(latency.queueing, scene(tmp_path, scrapes=[text + queue]))]
+    assert any("of the mean TTFT" in n for n in notes) is named, notes
+
+
+@pytest.mark.parametrize(("rate", "named"), [(10.0, False), (10.0 * T.overload_factor + 1, True)])
+def test_offered_above_served_is_queueing(tmp_path: Path, rate: float, named: bool) -> None:
+    log = (
+        f"python benchmark_serving.py --model m --request-rate {rate:g}\n"
+        "Request throughput (req/s):              10.00\n"
+    )
+    notes = [n for _, _, n in signals(latency.queueing, scene(tmp_path, log=log))]
+    assert any(n.startswith("offered") for n in notes) is named, notes
+
+
+def _prompt_histogram(median: float, tail: float) -> str:
+    """A prompt-length histogram with 50% of requests at ``median`` tokens and 2% at ``tail``."""
+    return prom(histograms={"vllm:request_prompt_tokens": {median: 60, tail / 2: 97, tail: 100, INF: 100}})
+
+
+@pytest.mark.parametrize(("tail", "named"), [(1_000, False), (T.long_prompt_tokens * 2, True)])
+def test_long_prompts_among_short_ones_jam_prefill(tmp_path: Path, tail: float, named: bool) -> None:
+    found = scene(tmp_path, scrapes=[_prompt_histogram(100, tail)])
+    notes = [n for _, _, n in signals(latency.prefill_jam, found)]
+    assert any("long prompts among short ones" in n for n in notes) is named, notes
+
+
+@pytest.mark.parametrize(("ktokens", "named"), [(8, False), (T.very_long_prompt_tokens / 1000 + 10, True)])
+def test_very_long_prompts_stated_in_a_report_jam_prefill(tmp_path: Path, ktokens: float, named: bool) -> None:
+    log = f"We saw a {ktokens:g}K-token prompt hold every other request.\n"
+    notes = [n for _, _, n in signals(latency.prefill_jam, scene(tmp_path, log=log))]
+    assert any("tokens in flight" in n for n in notes) is named, notes
+
+
+@pytest.mark.parametrize(("flag", "named"), [("--enable-prefix-caching", False), ("--no-enable-prefix-caching", True)])
+def test_prefix_caching_off_with_long_prompts(tmp_path: Path, flag: str, named: bool) -> None:
+    text = prom(histograms={"vllm:request_prompt_tokens": {2000: 10, INF: 10}}).replace(
+        'vllm:request_prompt_tokens_sum{model_name="m"} 10', 'vllm:request_prompt_tokens_sum{model_name="m"} 20000'
+    )
+    found = scene(tmp_path, scrapes=[text], launch=f"vllm serve m {flag}")
+    assert bool(signals(latency.prefix_reuse, found)) is named
+
+
+@pytest.mark.parametrize(("running", "named"), [(10, False), (30, True)])
+def test_more_in_flight_than_the_kv_pool_holds(tmp_path: Path, running: float, named: bool) -> None:
+    log = "INFO [kv_cache_utils.py:1] Maximum concurrency for 4,096 tokens per request: 8.00x\n"
+    found = scene(tmp_path, log=log, scrapes=[prom(gauges={RUNNING: running, WAITING: 0})])
+    assert bool(signals(latency.kv_pool_small, found)) is named
+
+
+# ---------------------------------------------------------------- runtime OOM
+
+
+@pytest.mark.parametrize(("running", "named"), [(T.crash_running - 1, False), (T.crash_running, True)])
+def test_many_running_at_the_crash_is_concurrency(tmp_path: Path, running: int, named: bool) -> None:
+    log = (
+        "ERROR [core.py:1] Dumping scheduler stats: SchedulerStats(num_running_reqs="
+        f"{running}, num_waiting_reqs=0, kv_cache_usage=0.5)\n"
+    )
+    notes = [n for _, _, n in signals(runtime.concurrency_at_crash, scene(tmp_path, log=log))]
+    assert any("running when the engine died" in n for n in notes) is named, notes
+
+
+@pytest.mark.parametrize(
+    ("reserved", "tried", "named"),
+    [
+        (T.fragmentation_floor_gib / 2, 0.1, False),  # a little cached memory: not fragmentation
+        (T.fragmentation_floor_gib + 0.1, 0.4, True),  # large against the request, above the floor
+        (T.fragmentation_gib + 0.5, 8.0, True),  # large in absolute terms
+        (0.5, 8.0, False),  # small against a big request
+    ],
+)
+def test_fragmentation_needs_reserved_memory_large_against_the_request(
+    tmp_path: Path, reserved: float, tried: float, named: bool
+) -> None:
+    log = (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried:.2f} GiB. GPU 0 has a total capacity"
+        f" of 79.10 GiB of which 100.00 MiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and"
+        f" {reserved:.2f} GiB is reserved by PyTorch but unallocated.\n"
+    )
+    assert bool(signals(runtime.fragmentation, scene(tmp_path, log=log))) is named
+
+
+@pytest.mark.parametrize(("code", "named"), [("1", False), ("-9", True)])
+def test_a_worker_killed_by_a_signal(tmp_path: Path, code: str, named: bool) -> None:
+    log = f"ERROR [multiproc_executor.py:1] Worker proc VllmWorker-0 died unexpectedly (exit code: {code}), shutting down.\n"
+    assert bool(signals(runtime.killed_worker, scene(tmp_path, log=log))) is named
+
+
+@pytest.mark.parametrize(("util", "named"), [(T.util_elevated - 0.05, False), (T.util_elevated, True)])
+def test_a_forward_oom_blames_the_budget_only_when_it_is_high(tmp_path: Path, util: float, named: bool) -> None:
+    log = (
+        "INFO 01-01 [api_server.py:1] Application startup complete.\n"
+        "ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    )
+    found = scene(tmp_path, log=log, launch=f"vllm serve m --gpu-memory-utilization {util}")
+    assert bool(signals(runtime.forward_oom, found, "gpu_mem_util_too_high")) is named
+
+
+@pytest.mark.parametrize(
+    ("statuses", "weight"), [(["200"] * 10, None), (["503"] * 3 + ["200"] * 7, 0.4), (["503"] * 8, 0.6)]
+)
+def test_refused_as_busy_is_queueing(tmp_path: Path, statuses: list[str], weight: float | None) -> None:
+    log = "".join(f'INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" {s} OK\n' for s in statuses)
+    assert [w for _, w, _ in signals(runtime.overload, scene(tmp_path, log=log))] == (
+        [] if weight is None else [weight]
+    )
+
+
+# ---------------------------------------------------------------- startup OOM
+
+
+@pytest.mark.parametrize(("available", "named"), [(0.5, False), (-0.3, True), (0.0, True)])
+def test_no_memory_left_for_the_kv_cache(tmp_path: Path, available: float, named: bool) -> None:
+    log = f"INFO [gpu_worker.py:1] Available KV cache memory: {available} GiB\n"
+    notes = [n for _, _, n in signals(startup.memory_budget, scene(tmp_path, log=log))]
+    assert any("memory left for the KV cache" in n for n in notes) is named, notes
+
+
+@pytest.mark.parametrize(("weights", "named"), [(20.0, False), (23.0, True)])
+def test_weights_that_fill_the_gpu(tmp_path: Path, weights: float, named: bool) -> None:
+    log = (
+        f"INFO Model loading took {weights} GiB and 10 seconds\n"
+        "INFO Memory profiling takes 3 seconds: total_gpu_memory (24.00GiB) x gpu_memory_utilization (0.90) = 21.60GiB\n"
+    )
+    notes = [n for _, _, n in signals(startup.memory_budget, scene(tmp_path, log=log))]
+    assert any("the weights alone take" in n for n in notes) is (weights / 24.0 >= T.weights_share_high), notes
+    assert any(">= budget" in n for n in notes) is named, notes
+
+
+@pytest.mark.parametrize(("usage", "named"), [(15.0, False), (19.0, True)])
+def test_a_start_that_dies_after_weights_that_fill_the_gpu(tmp_path: Path, usage: float, named: bool) -> None:
+    # avail + usage = the GPU; usage / (avail + usage) against weights_share_tight.
+    avail = 22.0 - usage
+    log = (
+        f"[2025-01-01 00:00:00 TP0] Load weight end. type=X, dtype=torch.bfloat16, avail mem={avail:.2f} GB,"
+        f" mem usage={usage:.2f} GB.\n[2025-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    )
+    found = scene(tmp_path, log=log)
+    assert (found.weights_left_too_little is not None) is (usage / 22.0 >= T.weights_share_tight)
+    assert bool(signals(startup.memory_budget, found, "weights_kv_exceed_memory")) is named
+
+
+@pytest.mark.parametrize(("capacity", "named"), [(8192, False), (3000, True)])
+def test_a_kv_cache_smaller_than_one_request(tmp_path: Path, capacity: int, named: bool) -> None:
+    log = f"INFO [kv_cache_utils.py:1] GPU KV cache size: {capacity:,} tokens\n"
+    found = scene(tmp_path, log=log, launch="vllm serve m --max-model-len 4096")
+    assert bool(signals(startup.kv_capacity, found)) is named
+
+
+@pytest.mark.parametrize(("util", "weight"), [(T.util_high - 0.01, None), (T.util_high, 0.3)])
+def test_a_budget_too_close_to_all_memory(tmp_path: Path, util: float, weight: float | None) -> None:
+    found = scene(tmp_path, launch=f"vllm serve m --gpu-memory-utilization {util}")
+    assert [w for _, w, _ in signals(startup.utilization_headroom, found)] == ([] if weight is None else [weight])
+
+
+@pytest.mark.parametrize(
+    ("free", "requested", "cause"),
+    [
+        (21.8, 22.0, "gpu_mem_util_too_high"),  # 0.2 GiB short: the server's own CUDA context
+        (15.32, 19.39, "other_process_holds_memory"),  # 4 GiB short with 6.7 GiB in use: a neighbour
+    ],
+)
+def test_a_start_short_of_free_memory_by_the_numbers(tmp_path: Path, free: float, requested: float, cause: str) -> None:
+    log = (
+        f"ValueError: Free memory on device cuda:0 ({free}/22.04 GiB) on startup is less than desired GPU memory"
+        f" utilization (0.9, {requested} GiB). Decrease GPU memory utilization or reduce GPU memory used by other"
+        " processes.\n"
+    )
+    assert [c for c, _, _ in signals(startup.requested_above_memory, scene(tmp_path, log=log))] == [cause]
+
+
+def test_a_kv_space_above_all_memory_is_the_setting(tmp_path: Path) -> None:
+    log = (
+        "RuntimeError: Worker failed with error 'Available memory on node 0 (8.96/10.34 GiB) on kv cache allocation"
+        " is less than requested memory for kv (100.0 GiB).'\n"
+    )
+    assert [c for c, _, _ in signals(startup.requested_above_memory, scene(tmp_path, log=log))] == [
+        "gpu_mem_util_too_high"
+    ]
+
+
+@pytest.mark.parametrize(("prefix", "named"), [("(EngineCore_DP0 pid=4242) ", False), ("", True)])
+def test_the_process_an_oom_names_is_a_neighbour_only_when_it_is_not_the_server(
+    tmp_path: Path, prefix: str, named: bool
+) -> None:
+    log = (
+        f"{prefix}ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total"
+        " capacity of 22.04 GiB of which 471.69 MiB is free. Process 4242 has 21.50 GiB memory in use.\n"
+    )
+    assert bool(signals(startup.other_processes, scene(tmp_path, log=log))) is named
+
+
+@pytest.mark.parametrize(("util", "weights"), [(0.8, [0.5]), (T.util_elevated, [0.5, 0.2])])
+def test_a_start_that_stops_in_graph_capture(tmp_path: Path, util: float, weights: list[float]) -> None:
+    log = "INFO [gpu_model_runner.py:1] Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 10%\n"
+    found = scene(tmp_path, log=log, launch=f"vllm serve m --gpu-memory-utilization {util}")
+    assert [w for _, w, _ in signals(startup.stopped_in_graph_capture, found)] == weights
+
+
+# ---------------------------------------------------------------- unrecognized errors
+
+
+@pytest.mark.parametrize(
+    ("after", "named"), [("", True), ('INFO: 127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 200 OK\n', False)]
+)
+def test_an_uncatalogued_exception_is_a_failure_unless_serving_went_on(tmp_path: Path, after: str, named: bool) -> None:
+    log = (
+        'INFO: 127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 200 OK\nWeirdLibraryError: the frobnicator is out of sync\n'
+        + after
+    )
+    found = scene(tmp_path, log=log)
+    assert (found.root is not None) is named
+    assert bool(signals(unrecognized, found)) is named
+
+
+# ---------------------------------------------------------------- the tree's questions
+
+
+@pytest.mark.parametrize(
+    ("log", "answer"),
+    [
+        ("INFO: Application startup complete.\n", "yes"),
+        ('INFO: 127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 400 Bad Request\n', "yes"),
+        ("ImportError: libcudart.so.12: cannot open shared object file: No such file or directory\n", "no"),
+        ("INFO some chatter that decides nothing\n", "unknown"),
+    ],
+    ids=["ready", "answered", "fatal", "neither"],
+)
+def test_is_the_server_up_needs_evidence_either_way(tmp_path: Path, log: str, answer: str) -> None:
+    step = questions.server_up(scene(tmp_path, log=log))
+    assert step.answer == answer
+    assert step.evidence, "every answer cites what decided it"
+
+
+def _ttft(p95_bucket: float) -> str:
+    return prom(histograms={"vllm:time_to_first_token_seconds": {p95_bucket / 2: 0, p95_bucket: 100, INF: 100}})
+
+
+@pytest.mark.parametrize(("bucket", "answer"), [(T.slo.ttft_p95_s / 2, "no"), (T.slo.ttft_p95_s * 2, "yes")])
+def test_slow_ttft_compares_the_p95_with_the_p95_objective(tmp_path: Path, bucket: float, answer: str) -> None:
+    assert questions.slow_ttft(scene(tmp_path, scrapes=[_ttft(bucket)])).answer == answer
+
+
+@pytest.mark.parametrize(("waiting", "answer"), [(T.slo.queue - 1, "no"), (T.slo.queue, "yes")])
+def test_a_queue_over_its_objective_is_slow_ttft_whatever_the_ttft(tmp_path: Path, waiting: float, answer: str) -> None:
+    text = _ttft(T.slo.ttft_p95_s / 2) + prom(gauges={WAITING: waiting})
+    assert questions.slow_ttft(scene(tmp_path, scrapes=[text])).answer == answer
+
+
+@pytest.mark.parametrize(
+    ("block", "answer"),
+    [
+        ("Median TTFT (ms): 500.0\nP99 TTFT (ms): 9000.0\n", "yes"),  # no p95: the p99 is the tail, said so
+        ("Median TTFT (ms): 3000.0\n", "yes"),  # the median over the objective: the p95 is too
+        ("Median TTFT (ms): 500.0\n", "no"),
+    ],
+)
+def test_a_load_tests_ttft_against_the_p95_objective(tmp_path: Path, block: str, answer: str) -> None:
+    log = "Successful requests: 100\n" + block
+    assert questions.slow_ttft(scene(tmp_path, log=log)).answer == answer
+
+
+@pytest.mark.parametrize(("bad", "answer"), [(0, "no"), (5, "errors (5xx) or timeouts")])
+def test_requests_fail_by_the_error_rate_objective(tmp_path: Path, bad: float, answer: str) -> None:
+    before = 'http_requests_total{status="2xx",handler="/v1/completions"} 100\n'
+    after = f'http_requests_total{{status="2xx",handler="/v1/completions"}} 200\nhttp_requests_total{{status="5xx",handler="/v1/completions"}} {bad}\n'
+    head = "# TYPE http_requests_total counter\n"
+    found = scene(tmp_path, scrapes=[head + before, head + after])
+    assert questions.requests_fail(found).answer == answer
+
+
+@pytest.mark.parametrize(("done", "stalled"), [("16/16", False), ("0/16", True)])
+def test_a_progress_bar_that_ends_at_zero_is_a_stall(tmp_path: Path, done: str, stalled: bool) -> None:
+    speed = "0.00" if stalled else "120.00"
+    log = (
+        "INFO Application startup complete.\n"
+        f"Processed prompts: 100%|##########| {done} [00:10<00:00, est. speed input: {speed} toks/s, output: {speed} toks/s]\n"
+    )
+    assert (questions.tokens_flow(scene(tmp_path, log=log)).answer == "yes") is stalled
+
+
+@pytest.mark.parametrize(("seq", "answer"), [(12, "no"), (T.serving_collectives * 5, "yes")])
+def test_a_collective_timeout_after_thousands_of_collectives_hung_serving(
+    tmp_path: Path, seq: int, answer: str
+) -> None:
+    log = (
+        f"[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq},"
+        " OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600029 milliseconds before timing out.\n"
+    )
+    found = scene(tmp_path, log=log)
+    assert questions.server_up(found).answer == answer
