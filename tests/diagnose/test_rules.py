@@ -258,13 +258,20 @@ def test_a_kv_space_above_all_memory_is_the_setting(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.parametrize(("prefix", "named"), [("(EngineCore_DP0 pid=4242) ", False), ("", True)])
+@pytest.mark.parametrize(
+    ("prefix", "holds", "named"),
+    [
+        ("(EngineCore_DP0 pid=4242) ", "14.26", False),  # the server's own PID
+        ("", "21.55", False),  # it holds all the memory in use: the server itself (host PIDs in a container)
+        ("", "14.26", True),  # a share of it, next to the server: a neighbour
+    ],
+)
 def test_the_process_an_oom_names_is_a_neighbour_only_when_it_is_not_the_server(
-    tmp_path: Path, prefix: str, named: bool
+    tmp_path: Path, prefix: str, holds: str, named: bool
 ) -> None:
     log = (
         f"{prefix}ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total"
-        " capacity of 22.04 GiB of which 471.69 MiB is free. Process 4242 has 21.50 GiB memory in use.\n"
+        f" capacity of 22.04 GiB of which 471.69 MiB is free. Process 4242 has {holds} GiB memory in use.\n"
     )
     assert bool(signals(startup.other_processes, scene(tmp_path, log=log))) is named
 
@@ -368,3 +375,103 @@ def test_a_collective_timeout_after_thousands_of_collectives_hung_serving(
     )
     found = scene(tmp_path, log=log)
     assert questions.server_up(found).answer == answer
+
+
+# ---------------------------------------------------------------- lines from public threads (sources inline)
+
+
+def _diagnosed(tmp_path: Path, log: str, launch: str | None = None) -> tuple[str, list[str]]:
+    from llmtriage.diagnose.engine import diagnose
+
+    result = diagnose(scene(tmp_path, log=log, launch=launch).evidence)
+    return result.symptom_class, [c.id for c in result.causes]
+
+
+def test_a_traceback_cut_before_its_exception_line_is_still_a_failure(tmp_path: Path) -> None:
+    # vllm-project/vllm#2418 as pasted: the excerpt stops inside the traceback. KV: 229 blocks x 16 < 4096 tokens.
+    log = (
+        "INFO 01-11 15:51:02 llm_engine.py:70] Initializing an LLM engine with config: model='/m', dtype=torch.float16,"
+        " max_seq_len=4096, download_dir=None, load_format=auto, tensor_parallel_size=1, quantization=None)\n"
+        "INFO 01-11 15:51:18 llm_engine.py:275] # GPU blocks: 229, # CPU blocks: 512\n"
+        "Traceback (most recent call last):\n"
+        '  File "load_llm.py", line 8, in <module>\n'
+        "    llm = LLM(model='/m')\n"
+    )
+    cls, causes = _diagnosed(tmp_path, log)
+    assert (cls, causes[0]) == ("startup_oom", "kv_cache_too_small_for_max_model_len")
+
+
+def test_a_traceback_after_a_stop_is_not_a_failure(tmp_path: Path) -> None:
+    log = (
+        "INFO:     Application startup complete.\n"
+        'INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.12/asyncio/runners.py", line 118, in run\n'
+        "KeyboardInterrupt\n"
+    )
+    assert _diagnosed(tmp_path, log) == ("healthy", [])
+
+
+def test_an_error_logged_before_its_traceback_is_placed_by_its_frames(tmp_path: Path) -> None:
+    # vllm-project/vllm#9290: V0's engine logs repr(e) first, then the traceback; run_engine_loop is serving.
+    log = (
+        "ERROR 10-11 12:27:29 engine.py:157] OutOfMemoryError('CUDA out of memory. Tried to allocate 138.00 MiB. GPU 0"
+        " has a total capacity of 79.15 GiB of which 2.19 MiB is free.')\n"
+        "ERROR 10-11 12:27:29 engine.py:157] Traceback (most recent call last):\n"
+        'ERROR 10-11 12:27:29 engine.py:157]   File "/x/vllm/engine/multiprocessing/engine.py", line 218, in run_engine_loop\n'
+        "ERROR 10-11 12:27:29 engine.py:157]     request_outputs = self.engine_step()\n"
+    )
+    assert _diagnosed(tmp_path, log)[0] == "runtime_oom"
+
+
+def test_a_port_taken_on_windows(tmp_path: Path) -> None:
+    # ollama/ollama#4999: Windows reports a port held by a port proxy as 'forbidden by its access permissions'.
+    log = (
+        "Error: listen tcp 127.0.0.1:11434: bind: An attempt was made to access a socket in a way forbidden by its"
+        " access permissions.\n"
+    )
+    assert _diagnosed(tmp_path, log) == ("startup_failure", ["port_in_use"])
+
+
+def test_a_context_that_cannot_shift_crashes_a_serving_runner(tmp_path: Path) -> None:
+    # ollama/ollama#9171: the context fills while generating; DeepSeek's cache cannot shift; the runner dies.
+    log = (
+        'time=2025-02-17T11:29:30.763Z level=DEBUG source=cache.go:231 msg="context limit hit - shifting" id=0'
+        " limit=2048 input=2048 keep=5 discard=1021\n"
+        "llama.cpp:11942: The current context does not support K-shift\n"
+        "SIGSEGV: segmentation violation\n"
+    )
+    assert _diagnosed(tmp_path, log) == ("request_failure", ["prompt_exceeds_max_model_len"])
+
+
+def test_a_rejection_counts_whatever_the_access_line_says(tmp_path: Path) -> None:
+    # QwenLM/qwen-code#371: a llama-server slot refuses an oversized prompt; its access line logged 200.
+    log = (
+        "srv  log_server_r: request: POST /v1/chat/completions 192.168.2.12 200\n"
+        "slot launch_slot_: id  0 | task 2119 | processing task\n"
+        "srv    send_error: task id = 2119, error: the request exceeds the available context size. try increasing"
+        " the context size or enable context shift\n"
+    )
+    assert _diagnosed(tmp_path, log) == ("request_rejected", ["prompt_exceeds_max_model_len"])
+
+
+def test_a_start_that_fails_after_the_http_server_came_up(tmp_path: Path) -> None:
+    # sgl-project/sglang#2468: uvicorn is up, then the server's own warmup request fails and it kills itself.
+    log = (
+        "[2024-12-13 01:45:02] INFO:     Application startup complete.\n"
+        "[2024-12-13 01:47:34] Initialization failed. warmup error: Traceback (most recent call last):\n"
+        '  File "/home/sglang/python/sglang/srt/server.py", line 621, in _wait_and_warmup\n'
+        "AssertionError: res=<Response [502]>, res.text=''\n"
+        "Killed\n"
+    )
+    assert _diagnosed(tmp_path, log)[0] == "startup_failure"
+
+
+def test_a_load_summary_with_layers_left_on_the_cpu(tmp_path: Path) -> None:
+    # ollama/ollama#8393 (as quoted by a maintainer): the model loaded, two layers stayed in host memory.
+    log = (
+        "llm_load_tensors: offloading 31 repeating layers to GPU\n"
+        "llm_load_tensors: offloaded 31/33 layers to GPU\n"
+        "llm_load_tensors: CUDA_Host model buffer size = 809.84 MiB\n"
+    )
+    assert _diagnosed(tmp_path, log) == ("slow_generation", ["partial_cpu_offload"])

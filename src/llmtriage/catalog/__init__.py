@@ -531,6 +531,7 @@ class Thresholds:
     cuda_context_gib: float
     util_high: float
     util_elevated: float
+    kv_block_tokens: int
     kv_usage_high: float
     waiting_queue: float
     rejected_fraction: float

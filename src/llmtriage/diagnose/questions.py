@@ -100,8 +100,9 @@ def server_up(scene: Scene) -> Answer:
     root = scene.root
     if root is not None and root.phase == "server_bind":
         return Answer("no", _ev(root.cite(), "the HTTP server could not bind its port"))
-    if scene.startup_wrappers and scene.ready is None:
-        wrapper = scene.startup_wrappers[0]
+    failed_start = [w for w in scene.startup_wrappers if scene.ready is None or not scene.served_after(w)]
+    if failed_start:
+        wrapper = failed_start[0]
         cites = _ev(root.cite(), "root cause") if root is not None else ()
         return Answer("no", (*cites, Evidence(wrapper.cite(), "the engine failed to start")))
     if root is not None and scene.effective_phase(root) in STARTUP_PHASES and not scene.served_after(root):
@@ -142,6 +143,14 @@ def startup_oom(scene: Scene) -> Answer:
     last = scene.last_lifecycle_marker
     if root is None and last is not None and last.stage == "cuda_graph_capture":
         return Answer("yes", _ev(last.cite(), "the start died during CUDA graph capture"))
+    capacity, limit = scene.kv_capacity_tokens, scene.max_model_len
+    if capacity is not None and limit is not None and capacity.value < limit.value and (root is None or root.fallback):
+        return Answer(
+            "yes",
+            _ev(
+                capacity.citation, f"the KV cache holds {capacity.value:,.0f} tokens < max-model-len {limit.value:,.0f}"
+            ),
+        )
     tight = scene.weights_left_too_little
     if tight is not None and (root is None or root.fallback):
         return Answer(
@@ -235,7 +244,7 @@ def requests_fail(scene: Scene) -> Answer:
             _ev(bad.citation, f"{share:.1%} of requests failed >= SLO {t.slo.error_rate:.1%}"),
         )
     request_errors = scene.by_family("request")
-    if request_errors and (total == 0 or rejected >= t.rejected_fraction * total):
+    if request_errors and (total == 0 or max(rejected, len(request_errors)) >= t.rejected_fraction * total):
         return Answer("rejected (4xx)", _ev(request_errors[0].cite(), request_errors[0].signature))
     if total and rejected >= t.rejected_fraction * total:
         cite = scene.log.http_status_citations.get(400) or scene.log.http_status_citations.get(422)

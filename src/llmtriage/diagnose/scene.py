@@ -225,9 +225,15 @@ class Scene:
         if self.root is not None or self.startup_wrappers:
             return None
         last = self.last_lifecycle_marker
-        if last is None or last.marks != "phase" or last.phase != "kv_alloc":
-            return None
-        return last.cite()
+        if last is not None and last.marks == "phase" and last.phase == "kv_alloc":
+            return last.cite()
+        # llama.cpp's load summary ("offloaded N/M layers to GPU") ends the weight load, before any later phase.
+        offload = self.log.offload.citations.get("offloaded_layers")
+        if offload is not None and (
+            last is None or (last.phase == "weights_load" and (last.line or 0) < (offload.line or 0))
+        ):
+            return offload
+        return None
 
     @property
     def nothing_decisive(self) -> Citation:
@@ -266,11 +272,20 @@ class Scene:
                 continue
             for m in _PROCESS_HOLDS.finditer(event.text):
                 pid, gib = int(m.group("pid")), size_to_gib(m.group("size")) or 0.0
-                if pid in self.server_pids:
+                if pid in self.server_pids or self._holds_all_used_memory(gib):
                     continue
                 if best is None or gib > best.gib:
                     best = GpuHolder(pid, gib, event.cite())
         return best
+
+    def _holds_all_used_memory(self, gib: float) -> bool:
+        """A process holding all the memory in use is the only one on the GPU: the server itself, whatever its PID
+        (in a container NVML reports host PIDs, which the server's own log never prints)."""
+        mem = self.memory
+        if mem.total_memory_gib is None or mem.free_memory_gib is None:
+            return False
+        used = mem.total_memory_gib - mem.free_memory_gib
+        return abs(used - gib) <= self.t.cuda_context_gib
 
     @cached_property
     def on_cpu(self) -> bool:
@@ -345,9 +360,14 @@ class Scene:
 
     @cached_property
     def kv_capacity_tokens(self) -> Measure | None:
-        """How many tokens the KV cache holds."""
+        """How many tokens the KV cache holds (vLLM V0 prints blocks: tokens are blocks x the block size)."""
         if self.memory.kv_cache_tokens is not None:
             return Measure(self.memory.kv_cache_tokens, self.memory.cite("kv_cache_tokens") or Citation("server log"))
+        blocks = self.memory.num_gpu_blocks
+        if blocks:
+            return Measure(
+                blocks * self.t.kv_block_tokens, self.memory.cite("num_gpu_blocks") or Citation("server log")
+            )
         return self.cache_config_number("kv_cache_size_tokens")
 
     @cached_property

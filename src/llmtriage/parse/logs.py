@@ -6,6 +6,7 @@ replaced, ANSI colours are stripped); memory stays bounded whatever the size of 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import fields
 from functools import cache
@@ -37,6 +38,8 @@ STATS_CAP = 20_000
 # A traceback frame this many lines above an error line is part of its traceback; a traceback keeps this many.
 FRAME_REACH = 80
 MAX_FRAMES = 200
+# An error this many lines above a traceback's header is the one the traceback belongs to.
+ERROR_BEFORE_TRACEBACK = 2
 # Roles whose match on a line means a catalogued family explains it: the fallback signatures then stay silent.
 _EXPLAINING_ROLES = frozenset({"error", "wrapper", "context"})
 
@@ -74,9 +77,13 @@ class _FileState:
     def __init__(self) -> None:
         self.stage = "unknown"
         self.overflow: dict[str, LogEvent] = {}
-        # The frames of the traceback being read: (line, file, function).
+        # The traceback being read: where it starts, its frames (line, file, function), whether an error line took
+        # them, and the error printed just before it (a logger's `exception(repr(e))` precedes its traceback).
+        self.traceback_at: int | None = None
         self.frames: list[tuple[int, str, str]] = []
         self.frames_used = False
+        self.last_error: int | None = None
+        self.traceback_of: int | None = None
 
 
 def read_log(stream: BinaryIO, source: str, facts: LogFacts) -> None:
@@ -103,7 +110,8 @@ def read_log(stream: BinaryIO, source: str, facts: LogFacts) -> None:
             for sig, m in fallbacks[:1]:
                 _apply(sig, m, text, source, hit.line_no, facts, state)
         if state.frames_used:
-            state.frames, state.frames_used = [], False
+            state.traceback_at, state.frames, state.frames_used, state.traceback_of = None, [], False, None
+    _close_traceback(facts, state, source)
     facts.events.extend(state.overflow.values())
     order = {name: i for i, name in enumerate(facts.sources)}
     facts.events.sort(key=lambda e: (order[e.source], e.line))
@@ -117,7 +125,10 @@ def _apply(
 ) -> None:
     if sig.role == "frame":
         if m.group("file") is None:
-            state.frames = []
+            _close_traceback(facts, state, source)
+            state.traceback_at, state.frames = line_no, []
+            if state.last_error is not None and line_no - facts.events[state.last_error].line <= ERROR_BEFORE_TRACEBACK:
+                state.traceback_of = state.last_error
         elif len(state.frames) < MAX_FRAMES:
             state.frames.append((line_no, m.group("file"), m.group("func")))
         return
@@ -174,8 +185,41 @@ def _apply(
     facts.event_counts[sig.id] += 1
     if facts.event_counts[sig.id] <= EVENTS_PER_SIGNATURE:
         facts.events.append(event)
+        if sig.role in ("error", "wrapper") and not state.frames_used:
+            state.last_error = len(facts.events) - 1
     else:
         state.overflow[sig.id] = event
+
+
+def _close_traceback(facts: LogFacts, state: _FileState, source: str) -> None:
+    """A traceback no error line took: its frames go to the error printed just before it, if any; and when the
+    excerpt stops before its exception line, the traceback itself is the fatal line (a fallback, unexplained)."""
+    if state.traceback_at is None or state.frames_used or not state.frames or state.stage == "shutdown":
+        return
+    values = _frame_values(state.frames)
+    if state.traceback_of is not None:
+        before = facts.events[state.traceback_of]
+        facts.events[state.traceback_of] = dataclasses.replace(
+            before, values=tuple(sorted({**dict(before.values), **values}.items()))
+        )
+        return
+    line = state.traceback_at
+    facts.events.append(
+        LogEvent(
+            signature="traceback_frame",
+            engine="python",
+            phase="unplaced",
+            role="error",
+            family="unrecognized",
+            causes=("unrecognized_error",),
+            source=source,
+            line=line,
+            text=f"Traceback (most recent call last): ... {values['frame_func']} ({values['frame_file']})",
+            stage=state.stage,
+            values=tuple(sorted({**values, "exception": "a traceback cut before its exception line"}.items())),
+            fallback=True,
+        )
+    )
 
 
 def _frame_values(frames: list[tuple[int, str, str]]) -> dict[str, str]:

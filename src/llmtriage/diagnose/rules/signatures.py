@@ -51,6 +51,7 @@ def catalog_causes(scene: Scene) -> Iterator[Signal]:
 
 
 UNRECOGNIZED_WEIGHT = 0.6
+CUT_TRACEBACK_WEIGHT = 0.3
 # Families whose lines name no cause on purpose: the rules read the cause from the phase and the numbers.
 _RULE_EXPLAINED_FAMILIES = frozenset({"oom"})
 # What a search query drops of a message: paths, numbers and ids, which differ between reports.
@@ -71,9 +72,11 @@ def unrecognized(scene: Scene) -> Iterator[Signal]:
     raised = root.value("frame_func")
     note = f"{_headline(root)}; {where}" + (f", raised in {raised} ({root.value('frame_file')})" if raised else "")
     engine = catalog.engines().get(scene.log.engine or "") or catalog.engines()["vllm"]
+    # A traceback cut before its exception line says that something failed, not what: other evidence weighs more.
+    weight = UNRECOGNIZED_WEIGHT if root.signature != "traceback_frame" else CUT_TRACEBACK_WEIGHT
     yield signal(
         "unrecognized_error",
-        UNRECOGNIZED_WEIGHT,
+        weight,
         root.cite(),
         f"{note}; search {engine.name}'s issues: {engine.issue_search_url(search_query(root))}",
     )
