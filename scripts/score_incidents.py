@@ -3,6 +3,7 @@
     .venv/bin/python scripts/score_incidents.py            # both halves, a line per miss
     .venv/bin/python scripts/score_incidents.py --all      # a line per case
     .venv/bin/python scripts/score_incidents.py --half B   # one half
+    .venv/bin/python scripts/score_incidents.py --extra    # the extra set (tests/fixtures/incidents-extra)
 
 Half A is the one rules are written against, half B is held out (tests/incidents.py says how they are split).
 Only names, classes and cause ids are printed, never a case's evidence, so checking B does not show its lines.
@@ -16,15 +17,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.incidents import INCIDENTS, half, rates, score_all
+from tests.incidents import EXTRA_INCIDENTS, INCIDENTS, half, rates, score_all
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--half", choices=("A", "B"), help="score one half only")
     parser.add_argument("--all", action="store_true", help="print every case, not only the misses")
+    parser.add_argument("--extra", action="store_true", help="score tests/fixtures/incidents-extra instead")
     args = parser.parse_args()
-    paths = [p for p in INCIDENTS if args.half is None or half(p) == args.half]
+    paths = [p for p in (EXTRA_INCIDENTS if args.extra else INCIDENTS) if args.half is None or half(p) == args.half]
     scores = score_all(paths)
     for s in scores:
         miss = not s.class_ok or (s.cause_scored and not s.first_ok)

@@ -22,6 +22,9 @@ from llmtriage.evidence.bundle import read_evidence
 
 INCIDENT_DIR = Path(__file__).parent / "fixtures" / "incidents"
 INCIDENTS = sorted(INCIDENT_DIR.glob("*.yaml"))
+# Two more sets collected from public threads while the error families were written; they were used for
+# development after a first, untouched score (tests/fixtures/incidents-extra/README.md).
+EXTRA_INCIDENTS = sorted((INCIDENT_DIR.parent / "incidents-extra").glob("*.yaml"))
 
 _BUNDLE_PATHS = {
     "logs": "logs/server.log",

@@ -17,13 +17,16 @@ from llmtriage.diagnose.engine import diagnose
 from llmtriage.diagnose.scene import Scene
 from llmtriage.evidence.bundle import read_evidence
 
-from ..incidents import INCIDENTS, half, incident_bundle, load_incident, rates, score_all
+from ..incidents import EXTRA_INCIDENTS, INCIDENTS, half, incident_bundle, load_incident, rates, score_all
 
 CLASS_RATE = 0.90
 FIRST_CAUSE_RATE = 0.85
 TOP3_RATE = 0.90
 HALVES_APART = 0.10
 HELD_OUT_FLOOR = 0.85
+# The extra set (development data now, with labels of its collector): a floor against regressions.
+EXTRA_CLASS_FLOOR = 0.70
+EXTRA_FIRST_CAUSE_FLOOR = 0.65
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +69,18 @@ def test_a_fatal_error_is_never_healthy_and_a_cause_cites_evidence(path: Path, t
         assert cause.evidence, f"{cause.id} cites no evidence"
     up = next((s for s in result.path if s.question_id == "server_up"), None)
     assert up is None or up.evidence, f"'Is the server up? -> {up.answer}' without the line or probe that shows it"
+
+
+def test_the_extra_incidents_keep_their_floor() -> None:
+    r = rates(score_all(EXTRA_INCIDENTS))
+    assert r.cases == 55
+    assert r.class_rate >= EXTRA_CLASS_FLOOR and r.first_rate >= EXTRA_FIRST_CAUSE_FLOOR, r
+
+
+@pytest.mark.parametrize("path", EXTRA_INCIDENTS, ids=[p.stem for p in EXTRA_INCIDENTS])
+def test_an_extra_incident_with_a_fatal_error_is_never_healthy(path: Path, tmp_path: Path) -> None:
+    evidence = read_evidence(incident_bundle(load_incident(path), tmp_path))
+    fatal = Scene(evidence, catalog.thresholds()).root
+    result = diagnose(evidence)
+    if fatal is not None:
+        assert result.symptom_class != "healthy", fatal.text

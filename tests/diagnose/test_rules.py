@@ -475,3 +475,46 @@ def test_a_load_summary_with_layers_left_on_the_cpu(tmp_path: Path) -> None:
         "llm_load_tensors: CUDA_Host model buffer size = 809.84 MiB\n"
     )
     assert _diagnosed(tmp_path, log) == ("slow_generation", ["partial_cpu_offload"])
+
+
+def test_nvidia_smi_that_cannot_reach_the_driver_is_a_failed_start(tmp_path: Path) -> None:
+    smi = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n"
+    from llmtriage.diagnose.engine import diagnose
+
+    result = diagnose(scene(tmp_path, nvidia_smi=smi).evidence)
+    assert (result.symptom_class, result.causes[0].id) == ("startup_failure", "gpu_not_visible")
+
+
+def test_an_oom_only_a_decoding_server_prints_is_a_runtime_oom(tmp_path: Path) -> None:
+    # sgl-project/sglang#4602: the KV pool could not hand out slots for a decode batch.
+    log = "RuntimeError: Decode out of memory. Try to lower your batch size.\nTry to allocate 148 tokens.\n"
+    assert _diagnosed(tmp_path, log)[0] == "runtime_oom"
+
+
+def test_a_load_the_client_cancelled_is_not_a_failure(tmp_path: Path) -> None:
+    # ollama/ollama#7408: the client gave up 5 s into loading a 70B model; Ollama aborted the load on purpose.
+    log = (
+        'time=2024-10-29T03:24:29.283Z level=WARN source=server.go:594 msg="client connection closed before server'
+        ' finished loading, aborting load"\n'
+        'time=2024-10-29T03:24:29.283Z level=ERROR source=sched.go:455 msg="error loading llama server"'
+        ' error="timed out waiting for llama runner to start: context canceled"\n'
+        '[GIN] 2024/10/29 - 03:24:29 | 499 |  5.239788128s |   10.102.227.89 | POST     "/api/chat"\n'
+    )
+    assert _diagnosed(tmp_path, log) == ("healthy", [])
+
+
+def test_an_error_raised_in_torchs_graph_capture_is_a_capture_oom(tmp_path: Path) -> None:
+    # vllm-project/vllm#15228: V1 runs out of memory at the end of a CUDA graph capture.
+    prefix = "(VllmWorker rank=1 pid=2775) ERROR 03-20 16:54:38 [multiproc_executor.py:375] "
+    log = (
+        f'{prefix}  File "/usr/local/lib/python3.10/dist-packages/torch/cuda/graphs.py", line 84, in capture_end\n'
+        f"{prefix}    super().capture_end()\n"
+        f"{prefix}RuntimeError: CUDA error: out of memory\n"
+    )
+    assert _diagnosed(tmp_path, log) == ("startup_oom", ["cuda_graph_capture_memory"])
+
+
+def test_a_runner_with_only_cpu_backends_runs_on_the_cpu(tmp_path: Path) -> None:
+    # ollama/ollama#14119: the install lost its GPU backends; the runner's summary lists CPU ones only.
+    log = "time=2026-02-06T23:25:30.196-03:00 level=INFO source=ggml.go:104 msg=system CPU.0.LLAMAFILE=1 compiler=cgo(gcc)\n"
+    assert _diagnosed(tmp_path, log) == ("slow_generation", ["no_gpu_offload"])

@@ -100,7 +100,7 @@ def server_up(scene: Scene) -> Answer:
     root = scene.root
     if root is not None and root.phase == "server_bind":
         return Answer("no", _ev(root.cite(), "the HTTP server could not bind its port"))
-    failed_start = [w for w in scene.startup_wrappers if scene.ready is None or not scene.served_after(w)]
+    failed_start = [w for w in scene.startup_wrappers if not scene.served_after(w)]
     if failed_start:
         wrapper = failed_start[0]
         cites = _ev(root.cite(), "root cause") if root is not None else ()

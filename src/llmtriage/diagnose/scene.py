@@ -44,6 +44,8 @@ STARTUP_PHASES = frozenset(
 _PID_IN_LINE = re.compile(r"\bpid[=:]\s?(\d+)")
 _PROCESS_HOLDS = re.compile(r"Process (?P<pid>\d+) has (?P<size>[\d.]+ [KMG]iB) memory in use")
 
+# Phases of errors only a server with requests in its scheduler prints (a decode batch, a retraction).
+SERVING_ONLY_PHASES = frozenset({"scheduling"})
 # HTTP statuses a live server answers when it is too busy to take a request.
 REFUSED_STATUSES = frozenset({429, 503})
 
@@ -106,8 +108,9 @@ class Scene:
     @cached_property
     def fatal_errors(self) -> list[LogEvent]:
         """Errors that can stop a server, in order; those printed while shutting down are artefacts, and an
-        uncatalogued exception the server kept serving after was handled."""
-        return [
+        uncatalogued exception the server kept serving after was handled. nvidia-smi failing to reach the driver
+        counts too, after the log's own errors, when the log shows nothing served."""
+        from_log = [
             e
             for e in self.events
             if e.role == "error"
@@ -115,6 +118,9 @@ class Scene:
             and (e.stage != "shutdown" or e.family == "hardware")
             and not (e.fallback and self.served_after(e))
         ]
+        if self.log.last_serving_line:
+            return from_log
+        return from_log + [e for e in self.gpu.errors if e.family in FATAL_FAMILIES - {"hardware", "kernel"}]
 
     @cached_property
     def root(self) -> LogEvent | None:
@@ -197,7 +203,14 @@ class Scene:
             return next(iter(self.log.http_status_citations.values()))
         if self.log.stats:
             return self.log.stats[0].cite()
-        answered = next((e for e in self.events if e.role == "error" and e.family in SERVING_FAMILIES), None)
+        answered = next(
+            (
+                e
+                for e in self.events
+                if e.role == "error" and (e.family in SERVING_FAMILIES or e.phase in SERVING_ONLY_PHASES)
+            ),
+            None,
+        )
         if answered is not None:
             return answered.cite()
         busy = next(
