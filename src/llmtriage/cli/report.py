@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +16,7 @@ from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import NothingReadableError, UsageError
 from llmtriage.evidence.bundle import read_capped, read_evidence
 from llmtriage.facts import Evidence, Problem
+from llmtriage.outfile import write_output
 from llmtriage.report import html as html_report
 from llmtriage.report.bench import BenchRun, read_bench
 
@@ -42,21 +41,12 @@ def bench_run(bundle: Path | None) -> BenchRun | None:
 def write_report(
     path: Path, diagnosis: Diagnosis, evidence: Evidence, bundle: Path | None, thresholds: Thresholds | None = None
 ) -> None:
-    """Build the page and write it to ``path`` whole (a temporary file beside it, then renamed)."""
+    """Build the page and write it to ``path`` (llmtriage.outfile: whole, and never over a device or a link)."""
     page = html_report.build(diagnosis, evidence, bench_run(bundle), thresholds).encode("utf-8")
-    directory = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(page)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as e:
-        fail(UsageError(f"cannot write {path}: {e.strerror or e}", "choose another path with -o/--html"))
+        write_output(path, page)
+    except UsageError as e:
+        fail(e)
     stderr.print(f"[dim]wrote {path} ({len(page) / 1024:,.0f} KiB)[/]", highlight=False)
 
 

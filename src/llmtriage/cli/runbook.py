@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,9 +12,10 @@ from rich.table import Table
 from llmtriage.cli.app import app, stderr, stdout
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.diagnose.model import Diagnosis
-from llmtriage.errors import LlmtriageError, NothingReadableError, UnavailableError, UsageError
+from llmtriage.errors import LlmtriageError, NothingReadableError, UsageError
 from llmtriage.evidence.bundle import read_evidence
 from llmtriage.facts import Evidence
+from llmtriage.outfile import write_output
 from llmtriage.runbook import markdown
 from llmtriage.runbook.entry import Entry, entry_from_diagnosis
 from llmtriage.runbook.match import seen_before
@@ -137,19 +137,8 @@ def export(
     if output is None:
         sys.stdout.write(document)
         return
-    _write_atomically(output, document)
+    write_output(output, document.encode("utf-8"))
     stderr.print(f"wrote {len(entries)} entries to {output}", highlight=False)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write a temporary file next to ``path`` and rename it: a reader never sees half a document."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError as e:
-        temporary.unlink(missing_ok=True)
-        raise UnavailableError(f"cannot write {path}: {e.strerror or e}") from e
 
 
 @runbook_app.command("import")

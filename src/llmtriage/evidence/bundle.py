@@ -27,6 +27,7 @@ from llmtriage.facts import (
     Problem,
 )
 from llmtriage.parse import dmesg, launch, logs, model_config, nvidia_smi, prom
+from llmtriage.redact import Redactor
 
 MAX_TEXT_BYTES = 64 << 20
 _EPOCH_IN_NAME = re.compile(r"(?<!\d)(\d{10}|\d{13})(?:\.\d+)?(?!\d)")
@@ -46,7 +47,11 @@ class LooseFiles:
 
 
 def read_capped(path: Path, name: str, problems: list[Problem]) -> str | None:
-    """The text of ``path`` up to MAX_TEXT_BYTES; why not, or that it was cut, goes into ``problems`` as ``name``."""
+    """The text of ``path`` up to MAX_TEXT_BYTES; why not, or that it was cut, goes into ``problems`` as ``name``.
+    Regular files only: a FIFO or a device (/dev/zero) would never end."""
+    if not path.is_file():
+        problems.append(Problem(name, "not a regular file (a FIFO or device is never read)"))
+        return None
     try:
         with path.open("rb") as f:
             data = f.read(MAX_TEXT_BYTES + 1)
@@ -118,6 +123,9 @@ class _Reader:
     def __init__(self, root: Path | None, evidence: Evidence) -> None:
         self.root = root
         self.evidence = evidence
+        # Whatever a bundle holds is redacted as it is read: a bundle made by someone else is shown, stored and
+        # rendered without the secrets it carries.
+        self.redactor = Redactor()
 
     def name(self, path: Path) -> str:
         if self.root is not None:
@@ -127,8 +135,18 @@ class _Reader:
                 pass
         return str(path)
 
+    def inside(self, path: Path) -> bool:
+        """``path`` resolves inside the bundle; a link that leads out is named as a problem and never followed."""
+        if self.root is None or path.resolve().is_relative_to(self.root.resolve()):
+            return True
+        self.evidence.problems.append(
+            Problem(self.name(path), "a link out of the bundle: not followed (it could expose this machine)")
+        )
+        return False
+
     def text(self, path: Path) -> str | None:
-        return read_capped(path, self.name(path), self.evidence.problems)
+        text = read_capped(path, self.name(path), self.evidence.problems)
+        return None if text is None else self.redactor.redact_text(text)
 
     def log(self, path: Path) -> None:
         name = self.name(path)
@@ -138,7 +156,7 @@ class _Reader:
                 if opened.unreadable is not None:
                     self.evidence.problems.append(Problem(name, opened.unreadable))
                     return
-                logs.read_log(opened.stream, name, facts)
+                logs.read_log(opened.stream, name, facts, self.redactor.redact_text)
         except (OSError, EOFError, zlib.error) as e:
             self.evidence.problems.append(Problem(name, f"cannot read: {getattr(e, 'strerror', None) or e}"))
             return
@@ -155,7 +173,7 @@ class _Reader:
         gpu.sources.append(name)
         self.evidence.read.append(name)
         errors = LogFacts()
-        logs.read_log(io.BytesIO(text.encode("utf-8")), name, errors)
+        logs.read_log(io.BytesIO(text.encode("utf-8")), name, errors, self.redactor.redact_text)
         gpu.errors.extend(e for e in errors.events if e.role == "error")
         if "NVSMI LOG" in text or re.search(r"Clocks (?:Throttle|Event) Reasons", text):
             query = nvidia_smi.parse_query(text, name)
@@ -213,13 +231,14 @@ class _Reader:
         self.metrics_text(self.name(path), text, timestamp_s)
 
     def metrics_text(self, name: str, text: str, timestamp_s: float | None) -> None:
+        text = self.redactor.redact_text(text)
         snapshot, problems = prom.parse_metrics(text, name, timestamp_s)
         facts = self.evidence.metrics or MetricsFacts()
         self.evidence.metrics = facts
         if snapshot.sample_count == 0:
             facts.problems.append(Problem(name, "not Prometheus text; read as a log instead"))
             log_facts = self.evidence.logs or LogFacts()
-            logs.read_log(io.BytesIO(text.encode("utf-8")), name, log_facts)
+            logs.read_log(io.BytesIO(text.encode("utf-8")), name, log_facts, self.redactor.redact_text)
             self.evidence.logs = log_facts
             self.evidence.read.append(name)
             return
@@ -228,7 +247,7 @@ class _Reader:
         self.evidence.read.append(name)
 
     def launch_text(self, name: str, text: str) -> None:
-        self.evidence.launch = launch.parse_launch(text, name)
+        self.evidence.launch = launch.parse_launch(self.redactor.redact_text(text), name)
         self.evidence.read.append(name)
 
     def env_text(self, name: str, text: str) -> None:
@@ -270,10 +289,11 @@ def _scrape_time(path: Path) -> float | None:
         return None
 
 
-def _files(directory: Path, patterns: tuple[str, ...]) -> list[Path]:
+def _files(reader: _Reader, directory: Path, patterns: tuple[str, ...]) -> list[Path]:
+    """The regular files of a bundle folder that stay inside the bundle."""
     found: set[Path] = set()
     for pattern in patterns:
-        found.update(p for p in directory.glob(pattern) if p.is_file())
+        found.update(p for p in directory.glob(pattern) if reader.inside(p) and p.is_file())
     return sorted(found)
 
 
@@ -290,29 +310,31 @@ def read_evidence(root: Path | None = None, loose: LooseFiles | None = None) -> 
 
 
 def _read_bundle(reader: _Reader, root: Path) -> None:
-    for path in _files(root / "logs", ("*",)):
+    for path in _files(reader, root / "logs", ("*",)):
         reader.log(path)
-    for path in _files(root / "gpu", ("*.txt",)):
+    for path in _files(reader, root / "gpu", ("*.txt",)):
         reader.gpu_text(path)
-    for path in _files(root / "gpu", ("*.csv",)):
+    for path in _files(reader, root / "gpu", ("*.csv",)):
         reader.gpu_csv(path)
-    for path in _files(root / "kernel", ("*",)):
+    for path in _files(reader, root / "kernel", ("*",)):
         reader.kernel(path)
-    metrics = _files(root / "metrics", ("*.prom", "*.txt"))
+    metrics = _files(reader, root / "metrics", ("*.prom", "*.txt"))
     for timestamp_s, path in sorted(((_scrape_time(p), p) for p in metrics), key=lambda t: (t[0] or 0.0, t[1].name)):
         reader.metrics(path, timestamp_s)
     for name, read in (("config/launch.txt", reader.launch_text), ("config/env.txt", reader.env_text)):
-        if (root / name).is_file() and (text := reader.text(root / name)) is not None:
+        if _bundle_file(reader, root / name) and (text := reader.text(root / name)) is not None:
             read(name, text)
-    config_file = root / "config" / "config.json"
-    if config_file.is_file():
+    if _bundle_file(reader, config_file := root / "config" / "config.json"):
         reader.model(config_file)
-    bench_file = root / "bench" / "result.json"
-    if bench_file.is_file():
+    if _bundle_file(reader, bench_file := root / "bench" / "result.json"):
         reader.bench(bench_file)
-    manifest = root / "manifest.json"
-    if manifest.is_file():
+    if _bundle_file(reader, manifest := root / "manifest.json"):
         _read_manifest(reader, manifest)
+
+
+def _bundle_file(reader: _Reader, path: Path) -> bool:
+    """A file of the bundle's layout that is there and stays inside the bundle."""
+    return (path.exists() or path.is_symlink()) and reader.inside(path) and path.is_file()
 
 
 def _read_loose(reader: _Reader, files: LooseFiles) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
 from typing import Any, BinaryIO
@@ -86,14 +87,17 @@ class _FileState:
         self.traceback_of: int | None = None
 
 
-def read_log(stream: BinaryIO, source: str, facts: LogFacts) -> None:
-    """Scan one log ``stream`` (named ``source`` in citations) and add what it says to ``facts``."""
+def read_log(stream: BinaryIO, source: str, facts: LogFacts, redact: Callable[[str], str] | None = None) -> None:
+    """Scan one log ``stream`` (named ``source`` in citations) and add what it says to ``facts``; ``redact``
+    scrubs each line that matched before anything of it is kept."""
     scanner, sigs = _scanner()
     totals = ScanTotals()
     state = _FileState()
     facts.sources.append(source)
     for hit in scanner.scan(stream, totals):
         text = _ANSI.sub("", hit.line.decode("utf-8", "replace")).rstrip("\r")
+        if redact is not None:
+            text = redact(text)
         explained = False
         fallbacks: list[tuple[Signature, re.Match[str]]] = []
         for pattern_id in sorted(hit.pattern_ids):
