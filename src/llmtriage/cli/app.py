@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from enum import StrEnum
 from typing import Any, NoReturn
@@ -45,8 +46,19 @@ def fail(error: LlmtriageError) -> NoReturn:
 
 
 def print_json(data: dict[str, Any]) -> None:
-    """Write ``data`` as the only thing on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    """Write ``data`` as the only thing on stdout: strict JSON (a number that is not finite is null, never NaN)."""
+    sys.stdout.write(json.dumps(finite(data), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def diagnosis_exit(diagnosis: Diagnosis) -> NoReturn:

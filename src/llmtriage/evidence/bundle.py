@@ -366,6 +366,9 @@ def _read_manifest(reader: _Reader, path: Path) -> None:
     except json.JSONDecodeError as e:
         reader.evidence.problems.append(Problem("manifest.json", f"not JSON: {e.msg}"))
         return
+    if isinstance(manifest, dict) and manifest.get("partial"):
+        why = manifest.get("interrupted_by") or "the capture did not finish"
+        reader.evidence.problems.append(Problem("manifest.json", f"a partial bundle: {why}; some sources may be cut"))
     for source in manifest.get("sources", []) if isinstance(manifest, dict) else []:
         if isinstance(source, dict) and source.get("status") == "failed":
             reader.evidence.problems.append(

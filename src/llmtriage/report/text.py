@@ -1,6 +1,7 @@
 """Terminal rendering of a diagnosis (rich): verdict, path through the tree, causes, fixes, what's missing.
 
-``build`` is pure: it returns renderables; only the CLI prints them.
+``build`` is pure: it returns renderables; only the CLI prints them. Every string that came from the evidence goes
+through :func:`~llmtriage.report.markup.visible`: a log line's escape sequences are shown, not obeyed.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ from rich.tree import Tree as RichTree
 
 from llmtriage import catalog
 from llmtriage.diagnose.model import INCONCLUSIVE_NOTE, Diagnosis, Evidence
+from llmtriage.report.markup import visible
 
 _CLASS_STYLE = {"healthy": "green", "inconclusive": "bold yellow"}
 
 
 def _evidence_line(evidence: Evidence) -> Text:
     text = Text("• ", style="dim")
-    text.append(evidence.citation.render())
+    text.append(visible(evidence.citation.render()))
     if evidence.note:
-        text.append(f"  — {evidence.note}", style="italic")
+        text.append(f"  — {visible(evidence.note)}", style="italic")
     return text
 
 
@@ -32,8 +34,8 @@ def build(diagnosis: Diagnosis) -> RenderableType:
     head.append(f"  {diagnosis.symptom_title}")
     if diagnosis.engine:
         version = f" {diagnosis.engine_version}" if diagnosis.engine_version else ""
-        head.append(f"\nengine: {diagnosis.engine}{version}", style="dim")
-    head.append(f"\nevidence: {diagnosis.origin}", style="dim")
+        head.append(visible(f"\nengine: {diagnosis.engine}{version}"), style="dim")
+    head.append(visible(f"\nevidence: {diagnosis.origin}"), style="dim")
     parts: list[RenderableType] = [Panel(head, title="llmtriage diagnosis", expand=False)]
 
     path = RichTree(Text("Path through the tree", style="bold"))
@@ -55,7 +57,7 @@ def build(diagnosis: Diagnosis) -> RenderableType:
                 evidence_node.add(_evidence_line(evidence))
             fixes = block.add(Text("fix", style="green"))
             for fix in cause.fixes:
-                fixes.add(Text(fix))
+                fixes.add(Text(visible(fix)))
             parts.append(block)
     elif diagnosis.healthy:
         parts.append(Text("\nNothing wrong found.", style="green"))
@@ -65,7 +67,7 @@ def build(diagnosis: Diagnosis) -> RenderableType:
     if diagnosis.seen_before:
         parts.append(Text("\nSeen before (runbook)", style="bold"))
         for match in diagnosis.seen_before:
-            parts.append(Text(f"• {match.get('summary', '')}"))
+            parts.append(Text(visible(f"• {match.get('summary', '')}")))
 
     if diagnosis.missing:
         parts.append(Text("\nNot in the evidence (collect it next time)", style="bold yellow"))
@@ -76,7 +78,7 @@ def build(diagnosis: Diagnosis) -> RenderableType:
     if diagnosis.problems:
         parts.append(Text("\nRead with problems", style="bold yellow"))
         for problem in diagnosis.problems:
-            parts.append(Text(f"• {problem}", style="yellow"))
+            parts.append(Text(visible(f"• {problem}"), style="yellow"))
     return Group(*parts)
 
 

@@ -272,7 +272,8 @@ class SimServer:
             return web.json_response(_error_body(reason or "", "InternalServerError", 500), status=500)
         try:
             body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            # vLLM answers 400 to a body it cannot parse, deeply nested JSON included.
             return web.json_response(_error_body("Invalid JSON in request body.", "BadRequestError", 400), status=400)
         if not isinstance(body, dict):
             return web.json_response(
@@ -281,6 +282,7 @@ class SimServer:
         try:
             prompt_text, prompt_tokens = self._prompt(body, chat)
             max_tokens = self._validate(body, prompt_tokens)
+            include_usage = self._include_usage(body)
         except BadRequest as e:
             return web.json_response(e.body, status=e.code)
         known = {"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options",
@@ -306,12 +308,21 @@ class SimServer:
         engine.add(req)
         try:
             if body.get("stream"):
-                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
                 return await self._stream(request, req, seed, chat, include_usage)
             return await self._complete(req, seed, chat)
         finally:
             if req.finish_reason is None:
                 engine.abort(req)
+
+    @staticmethod
+    def _include_usage(body: dict[str, Any]) -> bool:
+        """stream_options must be an object (vLLM's pydantic model answers 400 otherwise)."""
+        options = body.get("stream_options")
+        if options is None:
+            return False
+        if not isinstance(options, dict):
+            raise BadRequest("stream_options must be an object.", param="stream_options")
+        return bool(options.get("include_usage"))
 
     def _prompt(self, body: dict[str, Any], chat: bool) -> tuple[str, int]:
         if chat:
