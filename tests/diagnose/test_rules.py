@@ -518,3 +518,89 @@ def test_a_runner_with_only_cpu_backends_runs_on_the_cpu(tmp_path: Path) -> None
     # ollama/ollama#14119: the install lost its GPU backends; the runner's summary lists CPU ones only.
     log = "time=2026-02-06T23:25:30.196-03:00 level=INFO source=ggml.go:104 msg=system CPU.0.LLAMAFILE=1 compiler=cgo(gcc)\n"
     assert _diagnosed(tmp_path, log) == ("slow_generation", ["no_gpu_offload"])
+
+
+def test_cuda_that_cannot_start_explains_the_errors_printed_before_it(tmp_path: Path) -> None:
+    # huggingface/text-generation-inference#463 (falcon-40b, sharded): the launcher prints a shard's stderr after
+    # its traceback; CUDA never started (804), so the flash-attention kernels were never importable.
+    log = (
+        "NotImplementedError: Sharded RefinedWeb requires Flash Attention CUDA kernels to be installed.\n"
+        "2023-06-15T16:56:42.105200Z ERROR text_generation_launcher: Shard 0 failed to start:\n"
+        "/opt/conda/lib/python3.9/site-packages/torch/cuda/__init__.py:107: UserWarning: CUDA initialization:"
+        " Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling"
+        " NumCudaDevices() that might have already set an error? Error 804: forward compatibility was attempted on"
+        " non supported HW (Triggered internally at /opt/conda/conda-bld/pytorch_1678402412426/work/c10/cuda/\n"
+    )
+    cls, causes = _diagnosed(tmp_path, log)
+    assert (cls, causes[0]) == ("startup_failure", "driver_cuda_mismatch")
+
+
+@pytest.mark.parametrize(("holder", "named"), [("796.00 MiB", True), ("20.99 GiB", False)])
+def test_the_processes_of_an_oom_message_wrapped_over_lines(tmp_path: Path, holder: str, named: bool) -> None:
+    # NovaSky-AI/SkyRL#2051 as pasted: the OOM message wrapped; the neighbour's line stands on its own. A process
+    # holding all the memory in use (22.03 - 0.57 GiB, within one CUDA context) is the server itself.
+    log = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 594.00 MiB.\n"
+        "GPU 0 has a total capacity of 22.03 GiB of which 582.00 MiB is free.\n"
+        f"Process 29529 has {holder} memory in use. ... this process has 20.67 GiB in use.\n"
+    )
+    assert bool(signals(startup.other_processes, scene(tmp_path, log=log))) is named
+
+
+def _vllm_stats(prompt: float, generation: float, running: int, pending: int) -> str:
+    return (
+        f"INFO 11-21 00:12:13 llm_engine.py:624] Avg prompt throughput: {prompt} tokens/s, Avg generation throughput:"
+        f" {generation} tokens/s, Running: {running} reqs, Swapped: 0 reqs, Pending: {pending} reqs, GPU KV cache"
+        " usage: 27.1%, CPU KV cache usage: 0.0%\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("steps", "named"),
+    [
+        ([(1032.4, 0.0, 22), (1096.2, 0.0, 24)], True),
+        ([(1032.4, 0.0, 22), (1096.2, 12.5, 24)], False),  # decoding went on in the second interval
+        ([(1032.4, 0.0, 22), (0.0, 0.0, 24)], False),  # nothing at all in the second: a stall, not prefill
+        ([(1032.4, 0.0, 0), (1096.2, 0.0, 0)], False),  # nothing running to starve
+    ],
+)
+def test_intervals_that_ran_prompts_only_are_prefill_congestion(
+    tmp_path: Path, steps: list[tuple[float, float, int]], named: bool
+) -> None:
+    # vllm-project/vllm#1734 (vLLM 0.2): pending requests drain in prompt-only steps while decoding stops.
+    log = "".join(_vllm_stats(p, g, r, 3) for p, g, r in steps)
+    notes = [n for _, _, n in signals(latency.prefill_jam, scene(tmp_path, log=log))]
+    assert any("ran prompts only" in n for n in notes) is named, notes
+
+
+def test_a_weights_summary_printed_after_the_error_starts_no_new_lifecycle(tmp_path: Path) -> None:
+    # vllm-project/vllm#13061 as pasted: a worker's 'Loading model weights took' line lands after the error.
+    log = (
+        "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored"
+        " in KV cache (81536). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when"
+        " initializing the engine.    \n"
+        "ERROR 02-11 07:40:49 multiproc_worker_utils.py:124] Worker VllmWorkerProcess pid 1786 died, exit code: -15\n"
+        "(VllmWorkerProcess pid=1786) INFO 02-11 07:40:45 model_runner.py:1115] Loading model weights took 13.9476 GB\n"
+    )
+    cls, causes = _diagnosed(tmp_path, log)
+    assert (cls, causes[0]) == ("startup_oom", "kv_cache_too_small_for_max_model_len")
+
+
+@pytest.mark.parametrize(
+    ("request_line", "named"),
+    [
+        ('http://172.16.37.200:3138 "GET http://0.0.0.0:25600/get_model_info HTTP/1.1" 403 3582', True),
+        ('http://0.0.0.0:25600 "GET /get_model_info HTTP/1.1" 403 3582', False),  # direct: the server's own answer
+        ('http://172.16.37.200:3138 "GET http://0.0.0.0:25600/get_model_info HTTP/1.1" 200 3582', False),
+    ],
+)
+def test_the_servers_call_to_itself_through_a_proxy(tmp_path: Path, request_line: str, named: bool) -> None:
+    # sgl-project/sglang#9155: with http_proxy set, SGLang's warmup call to 0.0.0.0 went to the proxy (403).
+    log = (
+        "[2025-08-13 11:01:02] INFO:     Application startup complete.\n"
+        "[2025-08-13 11:01:02] INFO:     Uvicorn running on http://0.0.0.0:25600 (Press CTRL+C to quit)\n"
+        "[2025-08-13 11:01:03] Starting new HTTP connection (1): 172.16.37.200:3138\n"
+        f"[2025-08-13 11:01:03] {request_line}\n"
+    )
+    cls, causes = _diagnosed(tmp_path, log)
+    assert (cls == "startup_failure" and causes[:1] == ["proxy_intercepts_local_requests"]) is named, (cls, causes)

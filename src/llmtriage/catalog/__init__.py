@@ -544,6 +544,7 @@ class Thresholds:
     very_long_prompt_tokens: float
     long_prompt_context_share: float
     prompt_mix_ratio: float
+    prefill_only_steps: int
     huge_prefill_tokens: float
     queue_share: float
     clock_ratio_low: float

@@ -125,10 +125,12 @@ class Scene:
     @cached_property
     def root(self) -> LogEvent | None:
         """The root-cause line: the first catalogued fatal error (a worker exit after another error is its
-        consequence); only when no catalogued family explains anything, the first uncatalogued fatal line."""
-        catalogued = next((e for e in self.fatal_errors if not e.fallback), None)
-        if catalogued is not None:
-            return catalogued
+        consequence), except that CUDA failing to start (driver phase) comes before everything it breaks,
+        whatever order the processes printed in; only when no catalogued family explains anything, the first
+        uncatalogued fatal line."""
+        catalogued = [e for e in self.fatal_errors if not e.fallback]
+        if catalogued:
+            return next((e for e in catalogued if e.phase == "driver"), catalogued[0])
         return self.fatal_errors[0] if self.fatal_errors else None
 
     def effective_phase(self, event: LogEvent) -> str:
@@ -278,11 +280,13 @@ class Scene:
 
     @cached_property
     def other_process(self) -> GpuHolder | None:
-        """The biggest process an OOM message names as holding GPU memory that is not the server itself."""
+        """The biggest process an OOM message names as holding GPU memory that is not the server itself (on the
+        OOM line, or on a line of its own where the message was wrapped)."""
+        ooms = [e for e in self.fatal_errors if e.family == "oom"]
+        if not ooms:
+            return None
         best: GpuHolder | None = None
-        for event in self.fatal_errors:
-            if event.family != "oom":
-                continue
+        for event in ooms + self.by_signature("torch_oom_process_memory"):
             for m in _PROCESS_HOLDS.finditer(event.text):
                 pid, gib = int(m.group("pid")), size_to_gib(m.group("size")) or 0.0
                 if pid in self.server_pids or self._holds_all_used_memory(gib):

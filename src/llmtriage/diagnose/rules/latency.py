@@ -78,6 +78,20 @@ def prefill_jam(scene: Scene) -> Iterator[Signal]:
             bench.citations.get("long_prompt_ktokens"),
             f"prompts of {bench.long_prompt_ktokens:g}K tokens in flight",
         )
+    prefill_only = [
+        p
+        for p in scene.log.stats
+        if (p.running or 0) >= 1 and (p.prompt_tps or 0) > 0 and p.generation_tps is not None and p.generation_tps == 0
+    ]
+    if len(prefill_only) >= t.prefill_only_steps:
+        first = prefill_only[0]
+        yield signal(
+            "prefill_congestion",
+            0.5,
+            first.cite(),
+            f"{len(prefill_only)} stats intervals ran prompts only (generation 0 tokens/s, {first.running:g} requests"
+            " running): new prompts stall the decoding ones",
+        )
     launch = scene.launch
     if launch is not None and launch.enable_chunked_prefill is False:
         yield signal(
