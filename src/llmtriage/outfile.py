@@ -26,10 +26,11 @@ def write_output(path: Path, data: bytes) -> None:
         raise UsageError(f"cannot write {path}: {e.strerror or e}", "choose another path") from e
     if mode is not None and stat.S_ISLNK(mode):
         raise UsageError(
-            f"{path} is a symbolic link: not written through", f"give the path it points to: {path.resolve()}"
+            f"cannot write {path}: a symbolic link is not written through",
+            f"give the path it points to: {path.resolve()}",
         )
     if mode is not None and stat.S_ISDIR(mode):
-        raise UsageError(f"{path} is a directory", "give a file name")
+        raise UsageError(f"cannot write {path}: it is a directory", "give a file name")
     try:
         if mode is not None and not stat.S_ISREG(mode):
             with path.open("wb") as f:  # a device, a FIFO: write through, keep it what it is

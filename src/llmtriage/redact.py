@@ -4,9 +4,10 @@ A :class:`Redactor` replaces every secret it finds with a placeholder such as ``
 the same secret always becomes the same placeholder (one Redactor per capture, so a token in the
 environment, the command line and the log reads the same everywhere), and ``counts`` says how many
 replacements each kind of detector made. Detectors are data (``catalog/redaction.yaml``): known token
-formats, passwords in URLs, ``Authorization`` headers, and names that hold secrets (``HF_TOKEN=...``,
-``--api-key ...``, ``'api_key': [...]``, ``password: ...``). A secret learned from its name is also
-replaced wherever its exact text recurs. Hashes, UUIDs and model names are left alone.
+formats (ported from gitleaks, detect-secrets and kingfisher), passwords in URLs, webhook URLs, ``Authorization``
+headers, and names that hold secrets (``HF_TOKEN=...``, ``PGPASSWORD=...``, ``API_KEYS=a,b``, ``--api-key ...``,
+``'api_key': [...]``, ``{\\"api_key\\": \\"...\\"}`` inside a JSON string, ``password: ...``). A secret learned
+from its name is also replaced wherever its exact text recurs. Hashes, UUIDs and model names are left alone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from llmtriage.catalog import CatalogError, load_yaml
 
@@ -23,7 +25,21 @@ PLACEHOLDER_PREFIX = "<redacted:"
 
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _QUOTED_ITEM = re.compile(r"""(?P<q>["'])(?P<item>(?:(?!(?P=q))[^\\\n]|\\.)*)(?P=q)""")
-_VALUE = re.compile(r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|\[[^\]\n]*\]|[^\s'",;&{}\[\]()]+""")
+# A bare value ends at white space, quotes, separators, brackets, and at a backslash escape (\n, \", \\).
+_BARE = r"""(?:[^\s'",;&{}\[\]()\\]|\\(?![nrtu"'\\/]))+"""
+_QUOTED = r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|\[[^\]\n]*\]"""
+# An item quoted with escaped quotes: JSON inside a JSON string ({\"api_key\": \"...\"}), escaped once or more.
+_ESCAPED = r"""(?P<esc>\\+)(?P<q>["'])(?P<item>[^\n]*?)(?P=esc)(?P=q)"""
+_ESCAPED_ITEM = re.compile(_ESCAPED)
+_SHELL_VARIABLE = r"\$\{[^}\s]*\}"  # ${HF_TOKEN} (not a secret), ${DB_PASSWORD:-hunter2} (one)
+_VALUE = re.compile(rf"{_ESCAPED}|{_QUOTED}|{_SHELL_VARIABLE}|{_BARE}")
+# The value of a plural name (API_KEYS=a,b): a comma-separated list, each item a secret of its own.
+_VALUES = re.compile(rf"{_ESCAPED}|{_QUOTED}|{_SHELL_VARIABLE}|{_BARE}(?:,{_BARE})*")
+_LIST_ITEM = re.compile(r"[^,\s]+(?:\s+[^,\s]+)*")
+_ESCAPED_LIST = re.compile(r"\[\s*\\")  # [\"a\", \"b\"]
+
+# What a name holds: one secret, or a comma-separated list of them (API_KEYS=a,b).
+Holds = Literal["one", "many"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +58,9 @@ class RedactionRules:
     detectors: tuple[Detector, ...]
     strong_words: frozenset[str]
     last_words: frozenset[str]
+    plural_last_words: frozenset[str]
+    plural_qualifiers: frozenset[str]
+    not_last_words: frozenset[str]
     not_secret_names: frozenset[str]
     not_secret_values: frozenset[str]
     not_secret_value_pattern: re.Pattern[str]
@@ -49,14 +68,31 @@ class RedactionRules:
     named_value: re.Pattern[bytes]
 
     def is_secret_name(self, name: str) -> bool:
-        """True when ``name`` (an env var, flag, key) holds a secret: a strong word anywhere or a last word."""
+        """True when ``name`` (an env var, flag, key) holds a secret (see catalog/redaction.yaml for the rule)."""
+        return self.secret_name_kind(name) is not None
+
+    def secret_name_kind(self, name: str) -> Holds | None:
+        """``"one"`` when ``name`` holds a secret, ``"many"`` when it holds a comma-separated list of them
+        (``API_KEYS``, ``SECRETS``), None when it holds none."""
         bare = name.lstrip("-")
-        if bare.upper() in self.not_secret_names:
-            return False
+        if bare.upper() in self.not_secret_names or bare.rpartition(".")[2].upper() in self.not_secret_names:
+            return None  # env.PWD: a runbook entry's config key
         words = [w.lower() for w in _WORD.findall(bare)]
-        if not words:
-            return False
-        return words[-1] in self.last_words or any(w in self.strong_words for w in words)
+        if not words or words[-1] in self.not_last_words:
+            return None
+        last = words[-1]
+        secret = (
+            last in self.last_words
+            or any(w.endswith(strong) for w in words for strong in self.strong_words)
+            or (last in self.plural_last_words and len(words) > 1 and words[-2] in self.plural_qualifiers)
+        )
+        if not secret:
+            return None
+        singular = last[:-1] if last.endswith("s") else ""
+        plural = last in self.plural_last_words or (
+            singular in self.last_words or any(singular.endswith(strong) for strong in self.strong_words)
+        )
+        return "many" if plural and singular else "one"
 
     def is_secret_value(self, value: str) -> bool:
         """False for values that are never secrets (empty, booleans, None, numbers) and for placeholders."""
@@ -82,24 +118,40 @@ def rules() -> RedactionRules:
         if any(h != h.lower() for h in hints):
             raise CatalogError(f"redaction detector {raw['kind']}: hints must be lower case")
         detectors.append(Detector(kind=str(raw["kind"]), pattern=pattern, hints=tuple(h.encode() for h in hints)))
-    strong = frozenset(str(w).lower() for w in data["strong_words"])
-    last = frozenset(str(w).lower() for w in data["last_words"])
-    words = "|".join(sorted(map(re.escape, strong | last), key=len, reverse=True))
-    # Where a name holding one of the words ends and its value begins: `=`/`:`, or for a --flag a space.
-    # Candidates only (found by the word, the name is read leftwards from there): is_secret_name() decides,
-    # so prompt_token_ids or --ssl-keyfile go through untouched.
+    strong = _words(data, "strong_words")
+    last = _words(data, "last_words")
+    plural = _words(data, "plural_last_words")
+    # A word that holds another (password: pass, keys: key) finds no candidate the shorter one misses.
+    anchors = {w for w in strong | last | plural if not any(o != w and o in w for o in strong | last | plural)}
+    words = "|".join(sorted(map(re.escape, anchors), key=len, reverse=True))
+    # Where a name holding one of the words ends and its value begins: `=`/`:` (after a quote, or an escaped
+    # quote: \"api_key\": ...), or for a --flag a space. Candidates only (found by a word, the name is read
+    # leftwards from there): is_secret_name() decides, so prompt_token_ids or --ssl-keyfile go through untouched.
     # It runs over _folded(text), where a case-insensitive search is eight times faster than with (?i).
-    named_value = re.compile(rf"(?:{words})[\w.-]*(?P<sep>[\"']?[ \t]*[:=][ \t]*|[ \t]+)".encode())
+    named_value = re.compile(rf"(?:{words})[\w.-]*(?P<sep>\\*[\"']?[ \t]*[:=][ \t]*|[ \t]+)".encode())
     return RedactionRules(
         detectors=tuple(detectors),
         strong_words=strong,
         last_words=last,
+        plural_last_words=plural,
+        plural_qualifiers=_words(data, "plural_qualifiers"),
+        not_last_words=_words(data, "not_last_words"),
         not_secret_names=frozenset(str(n).upper() for n in data.get("not_secret_names", ())),
         not_secret_values=frozenset(str(v).lower() for v in data["not_secret_values"]),
         not_secret_value_pattern=re.compile(data["not_secret_value_pattern"]),
         min_literal_chars=int(data["min_literal_chars"]),
         named_value=named_value,
     )
+
+
+def _words(data: dict[str, list[object]], key: str) -> frozenset[str]:
+    return frozenset(str(w).lower() for w in data.get(key, ()))
+
+
+def _escaped_quoted(m: re.Match[str], inner: str) -> str:
+    """``inner`` between the escaped quotes ``m`` found (``\\"`` or ``\\\\\\"``) around its item."""
+    quote = m.group("esc") + m.group("q")
+    return quote + inner + quote
 
 
 def _folded(text: str) -> bytes:
@@ -146,8 +198,9 @@ class Redactor:
         with self._lock:
             result = {}
             for name, value in env.items():
-                if self.rules.is_secret_name(name) and self.rules.is_secret_value(value):
-                    result[name] = self._placeholder(value, "secret_env_var")
+                holds = self.rules.secret_name_kind(name)
+                if holds is not None and self.rules.is_secret_value(value):
+                    result[name] = self._redact_secret(value, "secret_env_var", many=holds == "many")
                 else:
                     result[name] = self.redact_text(value)
             return result
@@ -156,24 +209,21 @@ class Redactor:
         """A command line with the values of secret flags (``--api-key K``, ``--hf-token=T``) replaced."""
         with self._lock:
             result: list[str] = []
-            secret_next = False
+            secret_next: Holds | None = None
             for token in argv:
-                if secret_next and not token.startswith("-"):
-                    result.append(
-                        self._placeholder(token, "secret_flag") if self.rules.is_secret_value(token) else token
-                    )
-                    secret_next = False
+                if secret_next is not None and not token.startswith("-"):
+                    result.append(self._redact_secret(token, "secret_flag", many=secret_next == "many"))
+                    secret_next = None
                     continue
-                secret_next = False
+                secret_next = None
                 flag, eq, value = token.partition("=")
-                if flag.startswith("-") and self.rules.is_secret_name(flag):
+                holds = self.rules.secret_name_kind(flag) if flag.startswith("-") else None
+                if holds is not None:
                     if not eq:
-                        secret_next = True
+                        secret_next = holds
                         result.append(token)
-                    elif self.rules.is_secret_value(value):
-                        result.append(f"{flag}={self._placeholder(value, 'secret_flag')}")
                     else:
-                        result.append(token)
+                        result.append(f"{flag}={self._redact_secret(value, 'secret_flag', many=holds == 'many')}")
                     continue
                 result.append(self.redact_text(token))
             return result
@@ -197,6 +247,8 @@ class Redactor:
         if "secret" not in m.re.groupindex:
             return self._placeholder(m.group(0), kind)
         secret = m.group("secret")
+        if secret.startswith(PLACEHOLDER_PREFIX):
+            return m.group(0)  # already replaced (by this detector or an earlier one)
         start, end = m.span("secret")
         whole = m.group(0)
         offset = m.start()
@@ -221,27 +273,39 @@ class Redactor:
             while name_start > 0 and (text[name_start - 1].isalnum() or text[name_start - 1] in "_.-"):
                 name_start -= 1
             name = text[name_start:name_end]
-            if name_start > 0 and text[name_start - 1] == ":":
-                continue  # inside a placeholder (<redacted:hf_token:1>) or a metric name
+            if name_start > 0 and text[name_start - 1] in ":/":
+                continue  # inside a placeholder (<redacted:hf_token:1>), a metric name or a path (/etc/passwd:)
             flag = name.startswith("--")
-            if (not flag and not m.group("sep").strip()) or not self.rules.is_secret_name(name):
+            holds = self.rules.secret_name_kind(name)
+            if (not flag and not m.group("sep").strip()) or holds is None:
                 continue
-            value = _VALUE.match(text, pos)
+            value = (_VALUES if holds == "many" else _VALUE).match(text, pos)
             if value is None or (flag and value.group(0).startswith("-")):
                 continue
             out.append(text[done : value.start()])
-            out.append(self._redact_value(value.group(0), "secret_flag" if flag else "secret_assignment"))
+            out.append(self._redact_value(value, "secret_flag" if flag else "secret_assignment", many=holds == "many"))
             done = pos = value.end()
         out.append(text[done:])
         return "".join(out)
 
-    def _redact_value(self, value: str, kind: str) -> str:
+    def _redact_value(self, m: re.Match[str], kind: str, *, many: bool) -> str:
+        value = m.group(0)
+        if m.group("esc"):  # {\"api_key\": \"...\"}: JSON inside a JSON string
+            return _escaped_quoted(m, self._redact_secret(m.group("item"), kind, many=many))
         if value.startswith("["):
+            if _ESCAPED_LIST.match(value):
+                return _ESCAPED_ITEM.sub(lambda q: _escaped_quoted(q, self._redact_bare(q.group("item"), kind)), value)
             return _QUOTED_ITEM.sub(
                 lambda q: q.group("q") + self._redact_bare(q.group("item"), kind) + q.group("q"), value
             )
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            return value[0] + self._redact_bare(value[1:-1], kind) + value[0]
+            return value[0] + self._redact_secret(value[1:-1], kind, many=many) + value[0]
+        return self._redact_secret(value, kind, many=many)
+
+    def _redact_secret(self, value: str, kind: str, *, many: bool) -> str:
+        """``value`` replaced (each comma-separated item of it when ``many``), unless it is never a secret."""
+        if many and "," in value:
+            return _LIST_ITEM.sub(lambda item: self._redact_bare(item.group(0), kind), value)
         return self._redact_bare(value, kind)
 
     def _redact_bare(self, value: str, kind: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmtriage.capture.collector import Context
-from llmtriage.capture.fetch import UrllibFetcher
+from llmtriage.capture.fetch import DeadlineFetcher
 from llmtriage.capture.manifest import SourceRow, Status
 from llmtriage.capture.nvml import Nvml
 from llmtriage.capture.plan import CapturePlan
@@ -98,7 +98,7 @@ def test_a_looping_command_that_reaches_its_limit_is_not_a_failure(tmp_path: Pat
     ctx = Context(
         plan=CapturePlan(out_dir=tmp_path),
         runner=SubprocessRunner(),
-        fetcher=UrllibFetcher(),
+        fetcher=DeadlineFetcher(),
         nvml=Nvml(),
         writer=BundleWriter(tmp_path / "b", redactor, 1 << 20),
         stop=threading.Event(),

@@ -107,6 +107,26 @@ def test_a_partial_bundle_is_called_partial(tmp_path: Path) -> None:
     assert any("a partial bundle: SIGTERM" in p for p in result.problems)
 
 
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        ('{"num_hidden_layers": NaN, "hidden_size": Infinity, "num_attention_heads": 32}', "lacks num_hidden_layers"),
+        ('{"num_hidden_layers": -32, "hidden_size": 1e400, "num_attention_heads": 32}', "lacks num_hidden_layers"),
+        ("[" * 100_000, "nested too deep"),
+        ('{"num_hidden_layers": 1' + "1" * 5000 + "}", "a number too long"),
+    ],
+    ids=["non-finite", "negative-and-overflow", "deep", "long-integer"],
+)
+def test_a_broken_model_config_is_a_problem_not_a_crash(tmp_path: Path, config: str, problem: str) -> None:
+    bundle = _bundle(tmp_path / "b")
+    (bundle / "config" / "config.json").write_text(config)
+    proc = llmtriage("diagnose", "--no-runbook", str(bundle), "--format", "json")
+    assert proc.returncode == 1, proc.stderr  # a problem found, not an internal error (70)
+    result = json.loads(proc.stdout)
+    assert (result["symptom_class"], result["causes"][0]["id"]) == ("startup_failure", "port_in_use")
+    assert any(problem in p for p in result["problems"]), result["problems"]
+
+
 @ROOT_ONLY
 def test_writing_a_report_over_a_device_keeps_the_device(tmp_path: Path) -> None:
     device = tmp_path / "null"

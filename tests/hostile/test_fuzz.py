@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmtriage.bench.result import bench_figures
-from llmtriage.cli.app import finite
 from llmtriage.diagnose.engine import diagnose
 from llmtriage.errors import UsageError
 from llmtriage.evidence.bundle import read_evidence
 from llmtriage.facts import LogFacts
 from llmtriage.parse import dmesg, launch, logs, model_config, nvidia_smi, prom
 from llmtriage.runbook import markdown
+from llmtriage.strict_json import finite
 
 from ..conftest import FIXTURES
 

@@ -74,3 +74,26 @@ def test_the_sim_answers_a_malformed_request_400(start_sim: Callable[..., Runnin
     sim = start_sim("--model", "meta-llama/Llama-3.2-1B-Instruct", "--gpu", "L4", "--speed", "50")
     assert sim.wait_ready()
     assert _post(sim, body) == 400
+
+
+def test_an_error_message_holding_markup_is_printed_as_text(tmp_path: Path) -> None:
+    # A path, an HTTP reason or a server's excerpt can hold rich markup; it is shown, never interpreted.
+    proc = llmtriage("diagnose", str(tmp_path / "no[/x]such[bold]dir"))
+    assert proc.returncode == 2, proc.stderr
+    assert "no[/x]such[bold]dir: not a directory" in proc.stderr.replace("\n", "")  # rich wraps long lines
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_runbook_entry_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    # Notes and fixes come from people and imported files: escape sequences are shown, markup is text.
+    env = {"LLMTRIAGE_RUNBOOK": str(tmp_path / "runbook.sqlite"), "COLUMNS": "400"}
+    hostile = "\x1b]0;owned\x07\x1b[2J restart [/x] with [bold]care"
+    bundle = str(Path(__file__).resolve().parents[2] / "examples" / "port-in-use")
+    added = llmtriage("runbook", "add", bundle, "--fix", hostile, "--note", hostile, env=env)
+    assert added.returncode == 0, added.stderr
+    entry_id = added.stdout.split("added entry ", 1)[1].split(":", 1)[0]
+    for args in (("runbook", "list"), ("runbook", "show", entry_id), ("runbook", "search", "restart")):
+        proc = llmtriage(*args, env=env)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, args
+        assert "[/x]" in proc.stdout and "Traceback" not in proc.stderr, args

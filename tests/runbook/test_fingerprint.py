@@ -96,4 +96,5 @@ def test_secrets_never_reach_the_digest(tmp_path: Path) -> None:
     other = edited(tmp_path / "a", tmp_path / "b", {"hf_" + "a" * 34: "hf_" + "b" * 34})
     a = print_of(tmp_path / "a")
     assert a is not None and a == print_of(other)
-    assert a != fingerprint(read_evidence(tmp_path / "a"), lambda text: text)
+    # The bundle reader redacts what it reads: even a digest without its own redaction never sees the token.
+    assert a == fingerprint(read_evidence(tmp_path / "a"), lambda text: text)

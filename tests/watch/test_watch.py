@@ -220,7 +220,7 @@ def test_the_cli_watches_and_exits(start_sim: Callable[..., RunningSim], tmp_pat
         [sys.executable, "-m", "llmtriage", "watch", "--metrics-url", "127.0.0.1:8000", "--duration", "1s"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert bad.returncode == 2 and "not an http:// URL" in bad.stderr
+    assert bad.returncode == 2 and "not an http(s) URL" in bad.stderr
 
 
 def test_gpu_from_nvml_and_into_the_diagnosis_facts(start_sim: Callable[..., RunningSim]) -> None:

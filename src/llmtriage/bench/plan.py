@@ -7,14 +7,19 @@ prompts, the same classes and the same schedule, whichever worker sends which re
 from __future__ import annotations
 
 import json
+import math
 import random
-import urllib.parse
 from collections.abc import Iterator
 
 from llmtriage.bench.model import Arrival, BenchConfig, Endpoint, PlannedRequest, PromptLine, RequestClass
 from llmtriage.errors import UsageError
+from llmtriage.urls import check_url
 
 _MIX_KEYS = {"prompt_chars", "max_tokens", "weight"}
+# Bounds on what a run asks for: the prompt pool is built in memory, and servers take max_tokens as int32.
+MAX_PROMPT_CHARS = 2**24
+MAX_OUTPUT_TOKENS = 2**31 - 1
+MAX_WEIGHT = 1e9
 # Common English words: text a tokenizer splits like prose (about 1 token per 4-5 characters).
 _TEXT = (
     "the of and to in is was for on that with as by at from it be are this an which or have one had not but "
@@ -49,10 +54,24 @@ def parse_mix(text: str) -> RequestClass:
         raise UsageError(
             f"--mix {name} lacks {', '.join(sorted(missing))}", "e.g. short:prompt_chars=200,max_tokens=64"
         )
-    mix = RequestClass(name, int(values["prompt_chars"]), int(values["max_tokens"]), values.get("weight", 1.0))
-    if mix.prompt_chars < 1 or mix.max_tokens < 1 or mix.weight <= 0:
-        raise UsageError(f"--mix {name}: prompt_chars and max_tokens must be >= 1 and weight > 0")
-    return mix
+    weight = values.get("weight", 1.0)
+    if not (math.isfinite(weight) and 0 < weight <= MAX_WEIGHT):
+        raise UsageError(f"--mix {name}: weight={weight:g}: must be a number > 0 and <= {MAX_WEIGHT:g}")
+    return RequestClass(
+        name,
+        whole(f"--mix {name}: prompt_chars", values["prompt_chars"], MAX_PROMPT_CHARS),
+        whole(f"--mix {name}: max_tokens", values["max_tokens"], MAX_OUTPUT_TOKENS),
+        weight,
+    )
+
+
+def whole(name: str, value: float, limit: int) -> int:
+    """``value`` as an int when it is a whole number in [1, ``limit``]; a UsageError naming ``name`` otherwise."""
+    whole_number = isinstance(value, int) or (math.isfinite(value) and value.is_integer())
+    if whole_number and 1 <= value <= limit:
+        return int(value)
+    shown = str(value) if isinstance(value, int) else f"{value:g}"
+    raise UsageError(f"{name}={shown}: must be a whole number from 1 to {limit:,}")
 
 
 def read_prompts(text: str, source: str) -> tuple[PromptLine, ...]:
@@ -65,12 +84,18 @@ def read_prompts(text: str, source: str) -> tuple[PromptLine, ...]:
             item = json.loads(line)
         except json.JSONDecodeError as e:
             raise UsageError(f"{source}:{number}: not JSON ({e.msg})", 'one {"prompt": "..."} per line') from e
+        except (ValueError, RecursionError) as e:  # a number of too many digits, nesting too deep
+            raise UsageError(
+                f"{source}:{number}: not a prompt line ({e})"[:200], 'one {"prompt": "..."} per line'
+            ) from e
         prompt = item.get("prompt") if isinstance(item, dict) else None
         max_tokens = item.get("max_tokens") if isinstance(item, dict) else None
         if not isinstance(prompt, str) or not prompt:
             raise UsageError(f'{source}:{number}: no "prompt" string', 'one {"prompt": "..."} per line')
-        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise UsageError(f'{source}:{number}: "max_tokens" must be a positive integer')
+        if max_tokens is not None and (
+            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= MAX_OUTPUT_TOKENS
+        ):
+            raise UsageError(f'{source}:{number}: "max_tokens" must be a whole number from 1 to {MAX_OUTPUT_TOKENS:,}')
         prompts.append(PromptLine(prompt, max_tokens))
     if not prompts:
         raise UsageError(f"{source}: no prompts", 'one {"prompt": "..."} per line')
@@ -158,17 +183,5 @@ def share(total: int, worker: int, workers: int) -> int:
 
 def server_root(url: str) -> str:
     """``http://h:8000/v1/`` -> ``http://h:8000``: the root the API paths hang from."""
-    root = url.strip().rstrip("/")
-    if not root.startswith(("http://", "https://")):
-        raise UsageError(f"--base-url {url!r} is not an http(s) URL", "e.g. http://127.0.0.1:8000")
+    root = check_url(url.strip(), "--base-url").rstrip("/")
     return root.removesuffix("/v1")
-
-
-def public_url(url: str) -> str:
-    """``url`` without user:password, fit to show or write down."""
-    parts = urllib.parse.urlsplit(url)
-    if not (parts.username or parts.password):
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

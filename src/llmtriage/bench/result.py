@@ -11,19 +11,20 @@ import contextlib
 import csv
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from llmtriage import __version__
+from llmtriage import __version__, strict_json
 from llmtriage.bench.model import RequestRecord, RunOutcome
-from llmtriage.bench.plan import public_url
 from llmtriage.bench.server_metrics import ServerFigures, server_figures
 from llmtriage.bench.summary import Summary, summarize
 from llmtriage.errors import UsageError
 from llmtriage.facts import BenchFigures, Citation, Problem
+from llmtriage.urls import public_url
 
 SCHEMA_VERSION = 1
 RESULT_JSON = "result.json"
@@ -210,6 +211,8 @@ def load(text: str, source: str) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise UsageError(f"{source}: not JSON ({e.msg})", "give the result.json `llmtriage bench` wrote") from e
+    except (ValueError, RecursionError) as e:  # a number of too many digits, nesting too deep
+        raise UsageError(f"{source}: not a bench result", "give the result.json `llmtriage bench` wrote") from e
     if not isinstance(data, dict) or not isinstance(data.get("summary"), dict):
         raise UsageError(f"{source}: not a bench result", "give the result.json `llmtriage bench` wrote")
     version = data.get("schema_version")
@@ -218,13 +221,35 @@ def load(text: str, source: str) -> dict[str, Any]:
     return data
 
 
-def number_at(data: Any, *path: str) -> float | None:
-    """The number at ``path`` in parsed JSON (booleans are not numbers); None when it is missing or not one."""
+def _at(data: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         if not isinstance(data, dict):
             return None
         data = data.get(key)
-    return float(data) if isinstance(data, int | float) and not isinstance(data, bool) else None
+    return data
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float; None for anything else (booleans, NaN, Infinity, an int past float's range)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def number_at(data: Any, *path: str) -> float | None:
+    """The number at ``path`` in parsed JSON (booleans are not numbers); None when it is missing or not one, and
+    when it is not finite (NaN, Infinity, 1e400: see :func:`non_finite_at`)."""
+    return _finite(_at(data, path))
+
+
+def non_finite_at(data: Any, *path: str) -> bool:
+    """True when the value at ``path`` is a number that is not finite: :func:`number_at` reads it as missing."""
+    value = _at(data, path)
+    return isinstance(value, int | float) and not isinstance(value, bool) and _finite(value) is None
 
 
 _FIGURES = {
@@ -248,6 +273,8 @@ def bench_figures(text: str, source: str) -> tuple[BenchFigures | None, list[Pro
         data = json.loads(text)
     except json.JSONDecodeError as e:
         return None, [Problem(source, f"not JSON: {e.msg}")]
+    except (ValueError, RecursionError) as e:  # a number of too many digits, nesting too deep
+        return None, [Problem(source, f"not a bench result: {e}"[:200])]
     summary = data.get("summary") if isinstance(data, dict) else None
     if not isinstance(summary, dict):
         return None, [Problem(source, "not a bench result (no summary)")]
@@ -257,6 +284,8 @@ def bench_figures(text: str, source: str) -> tuple[BenchFigures | None, list[Pro
     figures = BenchFigures()
     for name, path in _FIGURES.items():
         value = number_at(summary, *path)
+        if non_finite_at(summary, *path):
+            problems.append(Problem(source, f"summary.{'.'.join(path)} is not a finite number: read as missing"))
         if value is not None:
             setattr(figures, name, value)
             figures.citations[name] = Citation(source=source, metric="summary." + ".".join(path), value=value)
@@ -279,7 +308,7 @@ def write(directory: Path, done: BenchResult) -> None:
             with _replacing(directory / "scrapes" / f"scrape-{round(s.timestamp_s * 1000)}.prom") as f:
                 f.write(s.text or "")
         with _replacing(directory / RESULT_JSON) as f:
-            f.write(json.dumps(to_dict(done), indent=2, ensure_ascii=False) + "\n")
+            f.write(strict_json.dumps(to_dict(done)))
     except OSError as e:
         raise UsageError(f"cannot write results to {directory}: {e.strerror or e}", "choose another --out") from e
 

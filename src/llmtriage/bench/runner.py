@@ -40,8 +40,9 @@ from llmtriage.bench.model import (
     RunOutcome,
     WorkerReport,
 )
-from llmtriage.bench.plan import RequestFactory, arrival_offsets_s, public_url, share
+from llmtriage.bench.plan import RequestFactory, arrival_offsets_s, share
 from llmtriage.errors import UnavailableError
+from llmtriage.urls import public_url
 
 LAG_PROBE_S = 0.05
 PROGRESS_EVERY_S = 0.25

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmtriage.bench.model import RawScrape
-from llmtriage.bench.plan import public_url
 from llmtriage.facts import Histogram, MetricSnapshot
 from llmtriage.parse import prom
+from llmtriage.urls import public_url
 
 
 @dataclass(frozen=True, slots=True)

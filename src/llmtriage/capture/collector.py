@@ -21,7 +21,7 @@ from llmtriage.capture.manifest import CommandRow, FileRow, SourceRow, Status
 from llmtriage.capture.nvml import Nvml
 from llmtriage.capture.plan import CapturePlan
 from llmtriage.capture.runner import CommandResult, CommandRunner, Limits, last_line
-from llmtriage.capture.writer import BundleWriter
+from llmtriage.capture.writer import BundleWriteError, BundleWriter
 
 NO_JOURNAL_ENTRIES = "-- No entries --"
 """What journalctl prints on stdout when nothing matched (exit 0)."""
@@ -131,6 +131,11 @@ class Context:
         try:
             written = self.writer.write(rel, text)
         except OSError as e:
+            kept = e.kept if isinstance(e, BundleWriteError) else None
+            if kept is not None:
+                row.files.append(kept)
+                row.note(f"{rel} cut at {kept.bytes} bytes, where writing failed")
+            self.stop.set()  # nothing more may fit: end the sampling, keep what was written
             raise Failed(f"cannot write {rel}: {e.strerror or e}") from e
         if written is None:
             row.note(f"{rel} not written: the bundle's size cap ({self.plan.max_total_bytes} bytes) was reached")

@@ -1,20 +1,17 @@
 """The HTTP seam of a capture: one GET with a timeout and a size cap, answered as data, never raised.
 
-Proxies from the environment are not used: the server being captured is reached directly.
-
-``user:password@`` in a URL becomes a Basic ``Authorization`` header (urllib would read it as a port).
+The GET is evidence.live's: connection, redirects, headers and body share one deadline (a server that trickles
+its answer cannot stretch a sample), proxies from the environment are not used (the server is reached directly),
+and ``user:password@`` in a URL becomes a Basic ``Authorization`` header.
 """
 
 from __future__ import annotations
 
-import base64
-import http.client
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Protocol
+
+from llmtriage.evidence import live
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,38 +38,21 @@ class Fetcher(Protocol):
         """GET ``url``, keeping at most ``max_bytes`` of the body."""
 
 
-class UrllibFetcher:
-    """GETs with the standard library (one short connection per request, no proxy: the server is local)."""
+HEADERS = {"Accept": "text/plain, application/json", "User-Agent": "llmtriage-capture"}
 
-    def __init__(self) -> None:
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+class DeadlineFetcher:
+    """GETs with evidence.live.get: everything of one GET within its timeout."""
 
     def get(self, url: str, timeout_s: float, max_bytes: int) -> HttpResult:
         """See :meth:`Fetcher.get`."""
         started = time.monotonic()
-        request = _request(url)
         try:
-            with self._opener.open(request, timeout=timeout_s) as response:
-                body: bytes = response.read(max_bytes + 1)
-                status: int = response.status
-        except urllib.error.HTTPError as e:
-            return HttpResult(url, e.code, b"", time.monotonic() - started, error=f"HTTP {e.code} {e.reason}")
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
-            reason = getattr(e, "reason", None) or e
-            return HttpResult(url, None, b"", time.monotonic() - started, error=str(reason))
-        truncated = len(body) > max_bytes
-        return HttpResult(url, status, body[:max_bytes], time.monotonic() - started, truncated=truncated)
-
-
-def _request(url: str) -> urllib.request.Request:
-    parts = urllib.parse.urlsplit(url)
-    headers = {"Accept": "text/plain, application/json", "User-Agent": "llmtriage-capture"}
-    if parts.username is not None:
-        credentials = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-        url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    return urllib.request.Request(url, headers=headers)
+            answer = live.get(url, timeout_s, max_bytes, HEADERS)
+        except live.FetchError as e:
+            return HttpResult(url, None, b"", time.monotonic() - started, error=e.reason)
+        elapsed = time.monotonic() - started
+        if not answer.ok:
+            error = f"HTTP {answer.status} {live.excerpt(answer.reason.encode())}".rstrip()
+            return HttpResult(url, answer.status, b"", elapsed, error=error)
+        return HttpResult(url, answer.status, answer.body, elapsed, truncated=answer.truncated)

@@ -7,6 +7,8 @@ they hold within a fraction of a second, the manifest says ``partial``, and the 
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import socket
 import threading
 import time
@@ -18,14 +20,14 @@ from typing import Any
 
 from llmtriage import __version__
 from llmtriage.capture.collector import Collector, Context, Failed, Progress, Skipped
-from llmtriage.capture.fetch import Fetcher, UrllibFetcher
+from llmtriage.capture.fetch import DeadlineFetcher, Fetcher
 from llmtriage.capture.manifest import Manifest, SourceRow, Status
 from llmtriage.capture.nvml import Nvml
 from llmtriage.capture.plan import CapturePlan, Container, JournalUnit, LogFile, Process, Target
 from llmtriage.capture.runner import CommandRunner, SubprocessRunner
 from llmtriage.capture.sources import COLLECTORS
 from llmtriage.capture.writer import BundleWriter, bundle_path
-from llmtriage.errors import UsageError
+from llmtriage.errors import UnavailableError, UsageError
 from llmtriage.redact import Redactor
 
 _JOIN_POLL_S = 0.2
@@ -58,10 +60,11 @@ class StopSignal:
 
 @dataclass(frozen=True, slots=True)
 class CaptureResult:
-    """Where the bundle is, and its manifest."""
+    """Where the bundle is, and its manifest; ``write_error`` when it could not be written whole (it is partial)."""
 
     path: Path
     manifest: Manifest
+    write_error: str | None = None
 
 
 def capture(
@@ -94,11 +97,19 @@ def capture(
         plan=_describe(plan),
         size_cap_bytes=plan.max_total_bytes,
     )
-    writer.write_manifest(manifest)
+    try:
+        writer.write_manifest(manifest)
+    except OSError as e:
+        shutil.rmtree(writer.temp, ignore_errors=True)
+        raise UnavailableError(
+            f"--out {plan.out_dir}: cannot write the bundle there: {e.strerror or e}",
+            "free some space there, or give --out another directory",
+        ) from e
+    writer.reserve()
     ctx = Context(
         plan=plan,
         runner=runner or SubprocessRunner(),
-        fetcher=fetcher or UrllibFetcher(),
+        fetcher=fetcher or DeadlineFetcher(),
         nvml=nvml or Nvml(),
         writer=writer,
         stop=stop.event,
@@ -138,11 +149,16 @@ def capture(
     ended_s = time.time()
     manifest.ended_at = _iso(ended_s)
     manifest.duration_s = round(ended_s - started_s, 3)
-    manifest.partial = stop.is_set() and not stop.finished
+    manifest.partial = (stop.is_set() and not stop.finished) or writer.write_error is not None
     manifest.interrupted_by = None if stop.finished else stop.reason
+    if writer.write_error is not None:
+        manifest.interrupted_by = f"the bundle could not be written whole ({writer.write_error})"
     manifest.redactions = dict(sorted(writer.redactor.counts.items()))
-    writer.write_manifest(manifest)
-    return CaptureResult(path=writer.finish(), manifest=manifest)
+    writer.release()
+    # The manifest written at the start (partial: true) stays when even this one cannot be written.
+    with contextlib.suppress(OSError):
+        writer.write_manifest(manifest)
+    return CaptureResult(path=writer.finish(), manifest=manifest, write_error=writer.write_error)
 
 
 def _run(collector: Collector, ctx: Context, row: SourceRow) -> None:

@@ -6,6 +6,7 @@ import os
 import sys
 
 import typer
+from rich.markup import escape
 
 from llmtriage.cli import bench as _bench
 from llmtriage.cli import capture as _capture
@@ -38,6 +39,6 @@ def main() -> None:
     except Exception as e:  # the boundary: a bug must still end in one clear line
         if os.environ.get("LLMTRIAGE_DEBUG"):
             raise
-        stderr.print(f"[bold red]internal error:[/] {type(e).__name__}: {e}", highlight=False)
+        stderr.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(str(e))}", highlight=False)
         stderr.print("[dim]hint: rerun with LLMTRIAGE_DEBUG=1 for the traceback, and please report it[/]")
         sys.exit(int(ExitCode.INTERNAL))

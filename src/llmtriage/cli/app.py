@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 from enum import StrEnum
 from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from llmtriage import strict_json
 from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import ExitCode, LlmtriageError
 
@@ -39,26 +39,15 @@ class OutputFormat(StrEnum):
 
 def fail(error: LlmtriageError) -> NoReturn:
     """Print one line and a hint, exit with the error's code."""
-    stderr.print(f"[bold red]error:[/] {error.message}", highlight=False)
+    stderr.print(f"[bold red]error:[/] {escape(error.message)}", highlight=False)
     if error.hint:
-        stderr.print(f"[dim]hint: {error.hint}[/]", highlight=False)
+        stderr.print(f"[dim]hint: {escape(error.hint)}[/]", highlight=False)
     raise typer.Exit(int(error.exit_code))
 
 
 def print_json(data: dict[str, Any]) -> None:
     """Write ``data`` as the only thing on stdout: strict JSON (a number that is not finite is null, never NaN)."""
-    sys.stdout.write(json.dumps(finite(data), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
-
-
-def finite(value: Any) -> Any:
-    """``value`` with every NaN or infinite float replaced by None, at any depth."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
+    sys.stdout.write(strict_json.dumps(data))
 
 
 def diagnosis_exit(diagnosis: Diagnosis) -> NoReturn:

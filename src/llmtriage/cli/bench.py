@@ -8,6 +8,8 @@ import math
 import os
 import re
 import signal
+import stat
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +24,7 @@ from llmtriage.bench.model import Arrival, BenchConfig, Endpoint, PromptLine, Re
 from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
 from llmtriage.errors import ExitCode, UsageError
 from llmtriage.slo import parse_duration, parse_slo
+from llmtriage.urls import check_url, public_url
 
 bench_app = typer.Typer(
     name="bench",
@@ -39,6 +42,7 @@ DEFAULT_PROMPT_CHARS = 1000
 DEFAULT_MAX_TOKENS = 64
 DEFAULT_REQUESTS = 100
 STREAMS_PER_WORKER = 128
+MAX_PROMPTS_BYTES = 256 << 20
 INTERRUPTED_EXIT = 130
 
 
@@ -75,10 +79,39 @@ def _classes(mix: list[str], prompt_chars: int | None, max_tokens: int | None) -
         if len({c.name for c in classes}) != len(classes):
             raise UsageError("two --mix classes share a name")
         return classes
-    chars, tokens = prompt_chars or DEFAULT_PROMPT_CHARS, max_tokens or DEFAULT_MAX_TOKENS
-    if chars < 1 or tokens < 1:
-        raise UsageError("--prompt-chars and --max-tokens must be >= 1")
-    return (RequestClass("default", chars, tokens),)
+    chars = DEFAULT_PROMPT_CHARS if prompt_chars is None else prompt_chars
+    tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    chars = plan.whole("--prompt-chars", chars, plan.MAX_PROMPT_CHARS)
+    return (RequestClass("default", chars, plan.whole("--max-tokens", tokens, plan.MAX_OUTPUT_TOKENS)),)
+
+
+def _prompt_lines(path: Path) -> tuple[PromptLine, ...]:
+    """The prompts of a JSONL file (a regular file, or ``-`` for stdin), at most MAX_PROMPTS_BYTES of UTF-8."""
+    hint = 'a JSONL file of UTF-8 text, one {"prompt": "..."} a line, or - for stdin'
+    if str(path) == "-":
+        raw = sys.stdin.buffer.read(MAX_PROMPTS_BYTES + 1)
+    else:
+        try:
+            # Non-blocking, so that a FIFO is refused below instead of waiting here for a writer.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as e:
+            raise UsageError(f"--prompts {path}: {e.strerror or e}", hint) from e
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"--prompts {path}: not a regular file", hint)
+            with os.fdopen(os.dup(fd), "rb") as f:
+                raw = f.read(MAX_PROMPTS_BYTES + 1)
+        except OSError as e:
+            raise UsageError(f"--prompts {path}: {e.strerror or e}", hint) from e
+        finally:
+            os.close(fd)
+    if len(raw) > MAX_PROMPTS_BYTES:
+        raise UsageError(f"--prompts {path}: larger than {MAX_PROMPTS_BYTES >> 20} MiB", hint)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--prompts {path}: not UTF-8 text (a binary file?) at byte {e.start}", hint) from e
+    return plan.read_prompts(text, str(path))
 
 
 def _label(label: str | None) -> str:
@@ -173,7 +206,9 @@ def bench(
     for name, value in (("--concurrency", concurrency), ("--request-rate", request_rate), ("--requests", requests)):
         _positive(name, value)
     root = plan.server_root(base_url)
-    if api_key and plan.public_url(root) != root:
+    if metrics_url is not None:
+        check_url(metrics_url, "--metrics-url")
+    if api_key and public_url(root) != root:
         fail(UsageError("--base-url carries credentials and --api-key is set", "give one of them"))
     duration_s = parse_duration(duration) if duration else None
     _positive("--duration", duration_s)
@@ -185,12 +220,7 @@ def bench(
         fail(UsageError("--prompts and --mix both choose prompts", "give one"))
     if prompts is not None and prompt_chars is not None:
         fail(UsageError("--prompt-chars has no effect with --prompts"))
-    prompt_lines: tuple[PromptLine, ...] = ()
-    if prompts is not None:
-        try:
-            prompt_lines = plan.read_prompts(prompts.read_text(encoding="utf-8"), str(prompts))
-        except OSError as e:
-            fail(UsageError(f"--prompts {prompts}: {e.strerror or e}"))
+    prompt_lines = () if prompts is None else _prompt_lines(prompts)
     closed = request_rate is None
     chosen_workers = workers if workers is not None else auto_workers(concurrency, closed)
     _positive("--workers", chosen_workers)
@@ -245,6 +275,8 @@ def _exit_code(done: result.BenchResult) -> int:
     s = done.summary
     if done.outcome.interrupted:
         return INTERRUPTED_EXIT
+    if any(w.error for w in done.outcome.workers):  # a worker lost: its share was never measured
+        return int(ExitCode.PROBLEM_FOUND)
     if s.completed == 0 and s.errors and all(e.kind == "connect" for e in s.errors):
         return int(ExitCode.UNAVAILABLE)
     return int(ExitCode.PROBLEM_FOUND if s.failed else ExitCode.OK)

@@ -17,7 +17,7 @@ from llmtriage.capture.collector import Progress as CaptureProgress
 from llmtriage.capture.manifest import Status
 from llmtriage.cli.app import app, diagnosis_exit, fail, stderr, stdout
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
-from llmtriage.errors import ExitCode, NothingReadableError, UsageError
+from llmtriage.errors import ExitCode, NothingReadableError, UnavailableError, UsageError
 from llmtriage.evidence.bundle import read_evidence
 from llmtriage.parse.units import size_to_gib
 from llmtriage.report import text as text_report
@@ -54,7 +54,8 @@ def capture(
     Prints the bundle's path, then its diagnosis. Read-only on the server; Ctrl-C or SIGTERM leaves a partial bundle.
 
     Exit codes as diagnose: 0 serving and nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing
-    readable, 5 inconclusive (with --no-diagnose: 0 once the bundle is written).
+    readable, 4 the bundle could not be written whole (a full disk: its partial bundle's path is printed),
+    5 inconclusive (with --no-diagnose: 0 once the bundle is written).
     """
     mode, gpu_url = capture_lib.parse_gpu(gpu)
     duration_s = parse_duration(duration)
@@ -85,6 +86,14 @@ def capture(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     stdout.print(str(result.path), highlight=False, soft_wrap=True)
+    if result.write_error is not None:
+        fail(
+            UnavailableError(
+                f"the bundle could not be written whole ({result.write_error}): what was written is kept,"
+                " and its manifest says partial",
+                "free some space, or give --out another directory or a smaller --max-size",
+            )
+        )
     if result.manifest.partial:
         stderr.print(f"[yellow]capture stopped by {stop.reason}: the bundle is partial[/]", highlight=False)
     if no_diagnose:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from llmtriage import __version__, catalog
 from llmtriage.cli.app import OutputFormat, app, diagnosis_exit, fail, print_json, stderr, stdout
@@ -19,22 +20,39 @@ from llmtriage.diagnose.model import SCHEMA_VERSION, Diagnosis
 from llmtriage.errors import NothingReadableError, UsageError
 from llmtriage.evidence import live
 from llmtriage.evidence.bundle import LooseFiles, read_evidence
+from llmtriage.facts import Problem
 from llmtriage.report import text as text_report
 from llmtriage.slo import parse_duration, parse_slo
+from llmtriage.urls import check_url
 
 
-def _metrics_sources(values: list[str], window_s: float | None, loose: LooseFiles) -> bool | None:
-    """Split --metrics into files and URLs; scrape URLs (twice with a window). Returns /health's answer."""
+def _metrics_sources(
+    values: list[str], window_s: float | None, loose: LooseFiles, problems: list[Problem]
+) -> bool | None:
+    """Split --metrics into files and URLs; scrape URLs (twice with a window). Returns /health's answer; a scrape
+    cut at the size cap is a problem. A URL that cannot be read, or answers no Prometheus sample, is an error."""
+    urls = [
+        check_url(v, "--metrics", "e.g. http://127.0.0.1:8000/metrics")
+        for v in values
+        if v.startswith(("http://", "https://"))
+    ]
     health: bool | None = None
     for value in values:
-        if value.startswith(("http://", "https://")):
+        if value in urls:
             scrapes = [live.scrape(value)]
             if window_s:
-                stderr.print(f"[dim]scraping {value} again in {window_s:g} s for a window...[/]")
+                stderr.print(
+                    f"[dim]scraping {escape(value)} again in {window_s:g} s for a window...[/]", highlight=False
+                )
                 time.sleep(window_s)
                 scrapes.append(live.scrape(value))
             for i, s in enumerate(scrapes):
-                loose.metrics_texts.append((f"{s.url} (scrape {i + 1})", s.text, s.timestamp_s))
+                name = f"{s.url} (scrape {i + 1})"
+                loose.metrics_texts.append((name, s.text, s.timestamp_s))
+                if s.truncated:
+                    problems.append(
+                        Problem(name, f"larger than {live.MAX_SCRAPE_BYTES >> 20} MiB; only the start was read")
+                    )
             health = live.healthy(live.server_url(value))
         else:
             path = Path(value)
@@ -131,11 +149,13 @@ def diagnose(
     if slo:
         thresholds = dataclasses.replace(thresholds, slo=parse_slo(slo, thresholds.slo))
     window_s = parse_duration(window) if window else None
-    health = _metrics_sources(metrics or [], window_s, loose)
+    scrape_problems: list[Problem] = []
+    health = _metrics_sources(metrics or [], window_s, loose, scrape_problems)
     given = (loose.logs, loose.nvidia_smi, loose.dmesg, loose.metrics, loose.metrics_texts, launch, config)
     if bundle is None and not any(given):
         fail(UsageError("nothing to diagnose", "give a bundle directory or --log/--nvidia-smi/--dmesg/--metrics"))
     evidence = read_evidence(bundle, loose)
+    evidence.problems.extend(scrape_problems)
     if health is not None:
         evidence.health_ok = health
     if not evidence.any_readable():

@@ -14,6 +14,7 @@ from llmtriage.errors import ExitCode, UsageError
 from llmtriage.lab import docker
 from llmtriage.lab.run import Outcome, make_target, run_scenario
 from llmtriage.lab.scenarios import SCENARIOS, scenario
+from llmtriage.lab.targets import UrlTarget
 
 DEMO_SCENARIOS = ("startup-oom", "runtime-oom", "prefill-jam")
 
@@ -33,11 +34,29 @@ def _print(outcome: Outcome) -> None:
     )
 
 
+def _say(message: str) -> None:
+    stderr.print(f"[dim]{message}[/]", highlight=False)
+
+
+def _check_out(out: Path) -> None:
+    """--out is a directory, or can become one: never a file, and never a path through one."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory", "give a directory (it is created if missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot create it ({e.strerror or e})", "give a directory you can write") from e
+
+
 def _run(names: list[str], target_name: str, out: Path, speed: float, model: str) -> list[Outcome]:
     target = make_target(target_name, Path(".cache").resolve(), speed, model)
+    _check_out(out)
+    if isinstance(target, UrlTarget):  # fail fast on a server that is not there, before any folder is touched
+        _say(f"checking that {target.base_url} accepts connections")
+        target.check(_say)
     outcomes = []
     for name in names:
-        outcome = run_scenario(scenario(name), target, out, progress=lambda m: stderr.print(f"[dim]{m}[/]"))
+        outcome = run_scenario(scenario(name), target, out, progress=_say)
         _print(outcome)
         outcomes.append(outcome)
     return outcomes

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from llmtriage.cli.app import app, stderr, stdout
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
@@ -16,6 +18,7 @@ from llmtriage.errors import LlmtriageError, NothingReadableError, UsageError
 from llmtriage.evidence.bundle import read_evidence
 from llmtriage.facts import Evidence
 from llmtriage.outfile import write_output
+from llmtriage.report.markup import visible
 from llmtriage.runbook import markdown
 from llmtriage.runbook.entry import Entry, entry_from_diagnosis
 from llmtriage.runbook.match import seen_before
@@ -41,13 +44,20 @@ def _open(db: Path | None) -> Runbook:
     return Runbook.open(db or default_path(), create=True)
 
 
+def _warn(runbook: Runbook) -> None:
+    """Name on stderr each damaged entry that was skipped."""
+    for problem in runbook.problems:
+        stderr.print(f"[yellow]problem:[/] {escape(visible(problem))}", highlight=False)
+
+
 def _table(entries: list[Entry]) -> Table:
     table = Table("id", "recorded", "symptom", "cause", "fix", "outcome", box=None, pad_edge=False)
     for e in entries:
         fix = " ".join((e.fix or "").split())
         fix = fix if len(fix) <= FIX_CHARS else fix[: FIX_CHARS - 1] + "…"
         outcome = "seed" if e.seed else e.outcome_kind or ""
-        table.add_row(str(e.id), e.recorded_on, e.symptom_class, e.cause, fix, outcome)
+        # Text cells: what an entry holds (a note, a fix, an imported file) is shown, never read as markup.
+        table.add_row(*(Text(visible(v)) for v in (str(e.id), e.recorded_on, e.symptom_class, e.cause, fix, outcome)))
     return table
 
 
@@ -92,6 +102,7 @@ def list_(
     with _open(db) as runbook:
         entries = runbook.entries(seeds=seeds)
         seed_count = runbook.count(seeds=True)
+        _warn(runbook)
     if not entries:
         stdout.print(f"no incidents recorded yet ({seed_count} seed entries: `llmtriage runbook list --seeds`)")
         return
@@ -105,7 +116,7 @@ def show(
     """Print one entry: symptom → evidence → cause → fix, and its details."""
     with _open(db) as runbook:
         entry = runbook.get(entry_id)
-    sys.stdout.write(markdown.entry_markdown(entry))
+    sys.stdout.write(visible(markdown.entry_markdown(entry)))
 
 
 @runbook_app.command()
@@ -116,8 +127,9 @@ def search(
     """Full-text search over the runbook, seed entries included, best match first."""
     with _open(db) as runbook:
         entries = runbook.search(text)
+        _warn(runbook)
     if not entries:
-        stdout.print(f"nothing in the runbook matches {text!r}", highlight=False)
+        stdout.print(f"nothing in the runbook matches {escape(repr(text))}", highlight=False)
         raise typer.Exit(1)
     stdout.print(_table(entries))
 
@@ -133,6 +145,7 @@ def export(
         raise UsageError("say which format to export", "--markdown (the only format so far)")
     with _open(db) as runbook:
         entries = runbook.entries()
+        _warn(runbook)
     document = markdown.to_markdown(entries)
     if output is None:
         sys.stdout.write(document)
@@ -160,7 +173,8 @@ def import_(
 def consult_runbook(diagnosis: Diagnosis, evidence: Evidence, path: Path | None) -> None:
     """Fill ``diagnosis.seen_before`` from the runbook, when one exists (none is ever created here).
 
-    A runbook that cannot be read becomes one of the diagnosis' problems: the diagnosis still stands.
+    A runbook that cannot be read becomes one of the diagnosis' problems, and so does each damaged entry it
+    skipped: the diagnosis still stands.
     """
     target = path or default_path()
     if not target.exists():
@@ -172,5 +186,6 @@ def consult_runbook(diagnosis: Diagnosis, evidence: Evidence, path: Path | None)
     try:
         with Runbook.open(target, create=False) as runbook:
             diagnosis.seen_before = [m.to_dict() for m in seen_before(diagnosis, evidence, runbook)]
+            diagnosis.problems.extend(runbook.problems)
     except LlmtriageError as e:
         diagnosis.problems.append(e.message)

@@ -20,6 +20,7 @@ from llmtriage.catalog import Thresholds
 from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
 from llmtriage.errors import ExitCode, UnavailableError, UsageError
 from llmtriage.slo import parse_duration, parse_slo
+from llmtriage.urls import check_url
 from llmtriage.watch import fleet, view
 from llmtriage.watch import gpu as watch_gpu
 from llmtriage.watch.dashboard import build_dashboard
@@ -88,10 +89,7 @@ def dashboard(slo: SloOption = None, engine: EngineOption = "vllm", vllm_version
 
 def _targets(metrics_urls: list[str], gpus: list[str]) -> tuple[Target, ...]:
     for url in metrics_urls:
-        if not url.startswith(("http://", "https://")):
-            raise UsageError(
-                f"--metrics-url {url}: not an http:// URL", "e.g. --metrics-url http://127.0.0.1:8000/metrics"
-            )
+        check_url(url, "--metrics-url", "e.g. http://127.0.0.1:8000/metrics")
     sources: list[str | None] = [watch_gpu.check_source(g) for g in gpus]
     if not sources:
         paired: list[str | None] = [None] * len(metrics_urls)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import shutil
 import threading
 import time
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmtriage import aio, catalog
+from llmtriage import aio, catalog, strict_json
 from llmtriage.bench import result as bench_result
 from llmtriage.bench import runner as bench_runner
 from llmtriage.bench.model import BenchConfig
@@ -24,6 +23,7 @@ from llmtriage.capture import session as capture_session
 from llmtriage.capture.plan import CapturePlan, GpuMode, LogFile
 from llmtriage.diagnose.engine import diagnose
 from llmtriage.diagnose.model import Diagnosis
+from llmtriage.errors import UsageError
 from llmtriage.evidence.bundle import read_evidence
 from llmtriage.lab.scenarios import Plan, Scenario
 from llmtriage.lab.targets import (
@@ -38,6 +38,7 @@ from llmtriage.lab.targets import (
 )
 from llmtriage.report import html as html_report
 from llmtriage.slo import parse_slo
+from llmtriage.urls import check_url
 
 SCHEMA_VERSION = 1
 CAPTURE_INTERVAL_S = 0.5
@@ -93,9 +94,7 @@ def run_scenario(
         reason = target.can_start() or ""
         return Outcome(scenario.name, target.name, "skipped", None, reason=reason)
     folder = out / scenario.name
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    _fresh_folder(folder)
     servers: list[Server] = []
     try:
         bundle = _record(scenario, plan, target, folder, servers, progress)
@@ -107,12 +106,25 @@ def run_scenario(
         thresholds = dataclasses.replace(thresholds, slo=parse_slo(plan.slo, thresholds.slo))
     evidence = read_evidence(bundle)
     result = diagnose(evidence, thresholds)
-    (folder / "diagnosis.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    (folder / "diagnosis.json").write_text(strict_json.dumps(result.to_dict()))
     (folder / "report.html").write_text(html_report.build(result, evidence, thresholds=thresholds))
     outcome = _judge(scenario, target, plan, folder, result, time.monotonic() - started)
-    (folder / "summary.json").write_text(json.dumps(outcome.to_dict(), indent=2) + "\n")
+    (folder / "summary.json").write_text(strict_json.dumps(outcome.to_dict()))
     (folder / "summary.md").write_text(summary_markdown(scenario, outcome, result))
     return outcome
+
+
+def _fresh_folder(folder: Path) -> None:
+    """Empty ``folder`` (a scenario's own, from an earlier run) or make it; UsageError when that cannot be done
+    without touching something else: a link, a file, a parent that is a file."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise UsageError(f"{folder} exists and is not a directory", "give --out a directory, or move it aside")
+    try:
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+    except OSError as e:
+        raise UsageError(f"cannot write {folder}: {e.strerror or e}", "give --out a directory you can write") from e
 
 
 def _record(
@@ -134,7 +146,7 @@ def _record(
     if plan.holder_memory and isinstance(servers[0], SimServer):
         last = _told_of_holder(last, servers[0])
     if isinstance(target, UrlTarget):
-        server: Server = target.existing()
+        server: Server = target.existing(progress)
     else:
         progress(f"{scenario.name}: starting the server under test")
         server = target.start(last, folder / "server.log")
@@ -261,4 +273,6 @@ def make_target(name: str, cache: Path, speed: float, model: str) -> Target:
         return VllmCpuTarget(cache=cache)
     if name == "docker":
         return DockerTarget(model=model)
-    return UrlTarget(base_url=name)
+    if "://" not in name:
+        raise UsageError(f"--target {name!r}: unknown", "sim, vllm-cpu, docker, or the URL of a running server")
+    return UrlTarget(base_url=check_url(name.strip(), "--target").rstrip("/"))

@@ -7,12 +7,17 @@ exposes its base URL, its log file and, when the lab started it, its process.
 from __future__ import annotations
 
 import json
+import queue
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -23,6 +28,64 @@ from llmtriage.lab.docker import DEFAULT_IMAGE, DockerContainer, docker_engine_p
 from llmtriage.lab.vllm_cpu import VllmCpuServer, ensure_tiny_model, ensure_venv, free_port
 
 READY_POLL_S = 0.1
+# A server the lab did not start: how long it may take to accept a connection, then to answer /health 200.
+CONNECT_DEADLINE_S = 10.0
+EXISTING_READY_S = 30.0
+_CONNECT_ATTEMPT_S = 2.0
+_PROGRESS_EVERY_S = 5.0
+
+
+def _quiet(message: str) -> None:
+    """The default progress callback: say nothing."""
+
+
+def _connect_once(host: str, port: int, timeout_s: float) -> str | None:
+    """None when a TCP connection to host:port opens within ``timeout_s`` (name lookup included); else why not.
+
+    The attempt runs in a daemon thread: a name lookup that hangs cannot hold the caller past ``timeout_s``.
+    """
+    answer: queue.Queue[str | None] = queue.Queue(maxsize=1)
+
+    def attempt() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                answer.put(None)
+        except OSError as e:
+            answer.put(str(e.strerror or e))
+
+    threading.Thread(target=attempt, name="llmtriage-lab-connect", daemon=True).start()
+    try:
+        return answer.get(timeout=timeout_s + 0.5)
+    except queue.Empty:
+        return f"no answer in {timeout_s:g} s"
+
+
+def check_reachable(url: str, deadline_s: float = CONNECT_DEADLINE_S, progress: Callable[[str], None] = _quiet) -> None:
+    """Return once ``url``'s host accepts a TCP connection; UnavailableError after ``deadline_s`` in all.
+
+    Each failed attempt is said through ``progress`` (at most every few seconds), so a wait is never silent.
+    """
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    started = time.monotonic()
+    deadline = started + deadline_s
+    said = started
+    while True:
+        left = deadline - time.monotonic()
+        why = _connect_once(host, port, max(0.1, min(_CONNECT_ATTEMPT_S, left)))
+        if why is None:
+            return
+        now = time.monotonic()
+        if now >= deadline:
+            raise UnavailableError(
+                f"{url}: no connection to {host}:{port} within {deadline_s:g} s ({why})",
+                "start the server first, or check the URL and its port",
+            )
+        if now - said >= _PROGRESS_EVERY_S or said == started:
+            progress(f"waiting for {host}:{port} to accept a connection ({why}); {deadline - now:.0f} s left")
+            said = now
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +175,7 @@ class ExistingServer:
     """A server the lab did not start: it is loaded and captured, never stopped."""
 
     base_url: str
+    progress: Callable[[str], None] = _quiet
 
     @property
     def url(self) -> str:
@@ -124,12 +188,22 @@ class ExistingServer:
         return None
 
     def wait(self, timeout_s: float = 10.0) -> bool:
-        """True when /health answers 200 now."""
-        deadline = time.monotonic() + timeout_s
+        """True once /health answers 200, within ``timeout_s`` and at most EXISTING_READY_S (it is already up,
+        or meant to be); UnavailableError when nothing accepts a connection within CONNECT_DEADLINE_S."""
+        started = time.monotonic()
+        deadline = started + min(timeout_s, EXISTING_READY_S)
+        check_reachable(self.url, min(CONNECT_DEADLINE_S, timeout_s), self.progress)
+        said = started
         while time.monotonic() < deadline:
-            if health_status(self.url) == 200:
+            status = health_status(self.url, timeout_s=max(0.1, min(2.0, deadline - time.monotonic())))
+            if status == 200:
                 return True
-            time.sleep(0.5)
+            now = time.monotonic()
+            if now - said >= _PROGRESS_EVERY_S:
+                shown = "no answer" if status is None else f"HTTP {status}"
+                self.progress(f"{self.url}/health: {shown}; waiting {deadline - now:.0f} s more")
+                said = now
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
         return False
 
     def stop(self) -> None:
@@ -206,9 +280,13 @@ class UrlTarget:
         """Never: the lab does not own this server."""
         return f"{self.base_url} is an existing server; the lab cannot restart it with a scenario's settings"
 
-    def existing(self) -> Server:
+    def existing(self, progress: Callable[[str], None] = _quiet) -> Server:
         """The running server."""
-        return ExistingServer(self.base_url)
+        return ExistingServer(self.base_url, progress)
+
+    def check(self, progress: Callable[[str], None] = _quiet) -> None:
+        """UnavailableError unless the server accepts a connection within CONNECT_DEADLINE_S."""
+        check_reachable(self.base_url, CONNECT_DEADLINE_S, progress)
 
     def start(self, settings: ServerSettings, log_path: Path) -> Server:
         """Refused: see can_start."""

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from llmtriage.facts import ModelConfig, Problem
 
+# No architecture field (layers, heads, sizes, lengths) comes near this; a bigger value is a broken file.
+LARGEST_FIELD = 2**40
+
 
 def first_int(data: Mapping[str, Any], *keys: str) -> int | None:
-    """The first of ``keys`` (a field's spellings across architectures) that holds a number, as an int."""
+    """The first of ``keys`` (a field's spellings across architectures) that holds a plausible number (finite,
+    0 to LARGEST_FIELD), as an int."""
     for key in keys:
         value = data.get(key)
         if isinstance(value, bool):
             continue
-        if isinstance(value, int | float):
+        if isinstance(value, int | float) and math.isfinite(value) and 0 <= value <= LARGEST_FIELD:
             return int(value)
     return None
 
@@ -32,6 +37,8 @@ def parse_model_config(text: str, source: str) -> tuple[ModelConfig | None, list
         data = json.loads(text)
     except json.JSONDecodeError as e:
         return None, [Problem(source, f"not JSON: {e.msg} at line {e.lineno}")]
+    except (RecursionError, ValueError):  # nested too deep; an integer of too many digits
+        return None, [Problem(source, "not a JSON config: nested too deep or a number too long to read")]
     if not isinstance(data, dict):
         return None, [Problem(source, "config.json is not a JSON object")]
     core = language_model_fields(data)

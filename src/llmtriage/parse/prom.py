@@ -1,8 +1,10 @@
 """Prometheus text -> normalised metric snapshots, and the arithmetic over them: histogram quantiles,
 and with two or more scrapes, windowed quantiles and rates from bucket and counter deltas (resets handled).
 
-Parsing goes through prometheus_client's parser one metric family at a time, so one malformed family
-costs only itself. Names are mapped to engine-independent ones by catalog/metrics.yaml.
+A scrape is read line by line, in one pass: a malformed line costs only itself (a problem counts them), and
+only the series catalog/metrics.yaml maps are kept, so a scrape of a million foreign series costs its text and
+no more. The label sets of the kept series go through prometheus_client's parser (one call per distinct series);
+every other line is checked for a metric name and a number and counted, never materialised.
 """
 
 from __future__ import annotations
@@ -10,64 +12,187 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtriage import catalog
 from llmtriage.facts import Histogram, MetricSnapshot, Problem
 
-_FAMILY_START = re.compile(r"^# HELP ", re.MULTILINE)
+# At most this many samples of catalog series are kept from one scrape (a real vLLM scrape has a few hundred;
+# more would be a cardinality explosion, whose memory and parse time this bounds). The rest are counted.
+MAX_KEPT_SAMPLES = 100_000
 
-
-@dataclass(frozen=True, slots=True)
-class _Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-def _samples(text: str, source: str, problems: list[Problem]) -> list[_Sample]:
-    starts = [m.start() for m in _FAMILY_START.finditer(text)]
-    if not starts or starts[0] != 0:
-        starts.insert(0, 0)
-    blocks = [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
-    samples: list[_Sample] = []
-    bad = 0
-    for block in blocks:
-        if not block.strip():
-            continue
-        try:
-            parsed = [
-                _Sample(s.name, dict(s.labels), float(s.value))
-                for family in text_string_to_metric_families(block)
-                for s in family.samples
-            ]
-        except (ValueError, TypeError, IndexError, KeyError):
-            bad += 1
-            continue
-        samples.extend(parsed)
-    if bad:
-        problems.append(Problem(source, f"{bad} malformed metric famil{'y' if bad == 1 else 'ies'} skipped"))
-    return samples
-
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 Entry = tuple[dict[str, str], float, float | None]
 """One sample: its labels, its value, and its bucket bound (``le``) when it is a histogram bucket."""
 
+_Head = tuple[str, dict[str, str], float | None]  # a parsed series: its name, its labels, its bucket bound
+
+
+def catalog_series_names(mapping: catalog.MetricMap) -> frozenset[str]:
+    """Every series catalog/metrics.yaml reads (histograms by bucket, sum and count), info metrics included."""
+    names: set[str] = set()
+    for spec in mapping.specs:
+        for name in spec.names:
+            if spec.kind == "histogram":
+                names.update((f"{name}_bucket", f"{name}_sum", f"{name}_count"))
+            else:
+                names.add(name)
+    for info in mapping.info.values():
+        names.update(info)
+    return frozenset(names)
+
+
+def lines_of(text: str) -> Iterator[str]:
+    """The lines of ``text``, one at a time (``splitlines`` would hold a million of them at once)."""
+    start, size, find = 0, len(text), text.find
+    while start < size:
+        end = find("\n", start)
+        if end < 0:
+            yield text[start:]
+            return
+        yield text[start:end]
+        start = end + 1
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one pass over a scrape's lines keeps."""
+
+    by_name: dict[str, list[Entry]] = field(default_factory=lambda: defaultdict(list))
+    engines: set[str] = field(default_factory=set)  # whose metric prefix a series carries
+    samples: int = 0
+    kept: int = 0
+    bad: int = 0
+    dropped: int = 0
+
+
+def sample_value(rest: str) -> float | None:
+    """The value of ``value`` or ``value timestamp`` after a series; None when it is not a number."""
+    if "_" in rest:  # float() reads 1_000; the exposition format does not
+        return None
+    try:
+        return float(rest)
+    except ValueError:
+        pass
+    parts = rest.split()
+    if len(parts) != 2:
+        return None
+    try:
+        float(parts[1])
+        return float(parts[0])
+    except ValueError:
+        return None
+
+
+def _parse_head(head: str) -> _Head | None:
+    """A series (name and labels) by prometheus_client's parser; None when it cannot read it."""
+    try:
+        for family in text_string_to_metric_families(head + " 0\n"):
+            for sample in family.samples:
+                labels = dict(sample.labels)
+                return sample.name, labels, bucket_bound(labels)
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+    return None
+
+
+def _read(lines: Iterable[str], wanted: frozenset[str], engines: dict[str, str]) -> _Pass:
+    """One pass over a scrape's lines; ``engines`` maps each engine to its metric prefix."""
+    found = _Pass()
+    prefixes = tuple(engines.values())
+    by_name = found.by_name
+    heads: dict[str, _Head | None] = {}
+    last_name = ""
+    for line in lines:
+        if not line or line[0] in "# \t\r":
+            line = line.strip()
+            if not line or line[0] == "#":
+                continue
+        match = _METRIC_NAME.match(line)
+        if match is None:
+            if line[0] != "{":  # {"utf-8.name", a="b"} 1: the name quoted among the labels
+                found.bad += 1
+                continue
+            name, end = "", 0
+        else:
+            name, end = match.group(), match.end()
+        if end < len(line) and line[end] == "{":
+            close = line.rfind("}")
+            if close < end:
+                found.bad += 1
+                continue
+            head, rest = line[: close + 1], line[close + 1 :]
+            value = sample_value(rest)
+        else:
+            head, rest = name, line[end:]
+            value = (
+                sample_value(rest) if rest[:1] in (" ", "\t") else None
+            )  # else the name goes on with a bad character
+        if value is None:
+            found.bad += 1
+            continue
+        if not name:
+            parsed = _parse_head(head)
+            if parsed is None:
+                found.bad += 1
+                continue
+            name = parsed[0]
+        found.samples += 1
+        if name != last_name:
+            last_name = name
+            if name.startswith(prefixes):
+                found.engines.update(e for e, prefix in engines.items() if name.startswith(prefix))
+        if name not in wanted:
+            continue
+        if found.kept >= MAX_KEPT_SAMPLES or (head not in heads and len(heads) >= MAX_KEPT_SAMPLES):
+            found.dropped += 1
+            continue
+        if head not in heads:
+            heads[head] = _parse_head(head)
+        series = heads[head]
+        if series is None:
+            found.samples -= 1
+            found.bad += 1
+            continue
+        found.kept += 1
+        by_name[series[0]].append((series[1], value, series[2]))
+    return found
+
 
 def parse_metrics(text: str, source: str, timestamp_s: float | None = None) -> tuple[MetricSnapshot, list[Problem]]:
     """Parse one scrape into a normalised snapshot."""
-    problems: list[Problem] = []
-    samples = _samples(text, source, problems)
-    by_name: dict[str, list[Entry]] = defaultdict(list)
-    for s in samples:
-        by_name[s.name].append((s.labels, s.value, bucket_bound(s.labels)))
+    return parse_metric_lines(lines_of(text), source, timestamp_s)
+
+
+def parse_metric_lines(
+    lines: Iterable[str], source: str, timestamp_s: float | None = None
+) -> tuple[MetricSnapshot, list[Problem]]:
+    """Parse one scrape, given line by line (a file or a stream), into a normalised snapshot."""
     mapping = catalog.metric_map()
-    engine = engine_of(by_name, mapping)
-    snap = snapshot(by_name, mapping, engine, source, timestamp_s, len(samples))
+    found = _read(lines, catalog_series_names(mapping), mapping.engine_prefixes)
+    problems: list[Problem] = []
+    if found.bad:
+        problems.append(Problem(source, f"{found.bad} malformed sample line{'s' if found.bad != 1 else ''} skipped"))
+    if found.dropped:
+        problems.append(
+            Problem(
+                source,
+                f"{found.dropped} samples of catalog series beyond the first {MAX_KEPT_SAMPLES} skipped "
+                "(a cardinality explosion?)",
+            )
+        )
+    engine = next((e for e in mapping.engine_prefixes if e in found.engines), None)
+    snap = snapshot(found.by_name, mapping, engine, source, timestamp_s, found.samples)
     return snap, problems + unrecognised(snap)
+
+
+def has_samples(text: str) -> bool:
+    """True when ``text`` holds at least one Prometheus sample line (it stops at the first)."""
+    return any(_read((line,), frozenset(), {}).samples for line in lines_of(text))
 
 
 def engine_of(names: Iterable[str], mapping: catalog.MetricMap) -> str | None:

@@ -10,15 +10,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmtriage.bench.result import number_at
+from llmtriage.bench.result import non_finite_at, number_at
 from llmtriage.bench.summary import Stats
 from llmtriage.facts import Problem
 
 # requests.csv column -> what the report calls it (docs/bench-schema.md; llmtriage.bench.result.CSV_COLUMNS).
 DISTRIBUTIONS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E latency"))
+# A latency past a year is no measurement: such a cell is skipped like NaN (and keeps sums and plots finite).
+MAX_LATENCY_MS = 365 * 24 * 3600 * 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,36 +52,47 @@ def _object(data: dict[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _number(data: dict[str, Any], path: tuple[str, ...], source: str, run: BenchRun) -> float | None:
+    """The number at ``path``; a value that is not finite (NaN, Infinity, 1e400) is missing, and a problem."""
+    if non_finite_at(data, *path):
+        run.problems.append(Problem(source, f"{'.'.join(path)} is not a finite number: read as missing"))
+    return number_at(data, *path)
+
+
 def _read_result(text: str, source: str, run: BenchRun) -> None:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         run.problems.append(Problem(source, f"not JSON: {e.msg}"))
         return
+    except (ValueError, RecursionError) as e:  # a number of too many digits, nesting too deep
+        run.problems.append(Problem(source, f"not a bench result: {e}"[:200]))
+        return
     if not isinstance(data, dict):
         run.problems.append(Problem(source, "not a bench result"))
         return
-    meta, config, summary = (_object(data, key) for key in ("run", "config", "summary"))
+    meta, config = _object(data, "run"), _object(data, "config")
     label = meta.get("label")
     run.label = label if isinstance(label, str) else None
     load = config.get("load")
     if isinstance(load, str):
-        concurrency, rate = number_at(config, "concurrency"), number_at(config, "request_rate_per_s")
+        concurrency = _number(data, ("config", "concurrency"), source, run)
+        rate = _number(data, ("config", "request_rate_per_s"), source, run)
         detail = f"concurrency {concurrency:g}" if load == "closed" and concurrency else None
         if load == "open" and rate:
             detail = f"{rate:g} requests/s"
         run.load = f"{load} loop" + (f", {detail}" if detail else "")
-    requests = _object(summary, "requests")
-    completed, failed = number_at(requests, "completed"), number_at(requests, "failed")
+    completed = _number(data, ("summary", "requests", "completed"), source, run)
+    failed = _number(data, ("summary", "requests", "failed"), source, run)
     run.requests_completed = None if completed is None else int(completed)
     run.requests_failed = None if failed is None else int(failed)
-    run.output_token_throughput_per_s = number_at(summary, "output_token_throughput_per_s")
+    run.output_token_throughput_per_s = _number(data, ("summary", "output_token_throughput_per_s"), source, run)
 
 
 def _read_requests(text: str, source: str, run: BenchRun) -> None:
     rows = csv.DictReader(io.StringIO(text))
     values: dict[str, list[float]] = {}
-    unreadable = 0
+    unreadable = non_finite = 0
     try:
         wanted = [(column, name) for column, name in DISTRIBUTIONS if column in (rows.fieldnames or ())]
         if not wanted:
@@ -94,11 +108,17 @@ def _read_requests(text: str, source: str, run: BenchRun) -> None:
                 except ValueError:
                     unreadable += 1
                     continue
-                values[column].extend(cell)
+                finite = [v for v in cell if math.isfinite(v) and abs(v) <= MAX_LATENCY_MS]
+                non_finite += len(cell) - len(finite)
+                values[column].extend(finite)
     except csv.Error as e:  # e.g. a cell over the csv module's field size limit: keep the rows before it
         run.problems.append(Problem(source, f"line {rows.line_num + 1}: {e}; the rows from it on were not read"))
     if unreadable:
         run.problems.append(Problem(source, f"{unreadable} unreadable latency cells skipped"))
+    if non_finite:
+        run.problems.append(
+            Problem(source, f"{non_finite} latency values that are not finite (NaN, inf) or absurdly large skipped")
+        )
     for column, name in DISTRIBUTIONS:
         ordered = tuple(sorted(values.get(column, ())))
         if ordered:

@@ -7,7 +7,9 @@ import re
 
 # C0 controls (but tab and newline) and DEL become their visible Unicode pictures (ESC -> ␛); C1 controls (a
 # terminal reads 0x9B as CSI) become the replacement character.
-_CONTROLS = {i: 0x2400 + i for i in range(32) if i not in (9, 10)} | {0x7F: 0x2421} | {i: 0xFFFD for i in range(0x80, 0xA0)}
+_CONTROLS = (
+    {i: 0x2400 + i for i in range(32) if i not in (9, 10)} | {0x7F: 0x2421} | {i: 0xFFFD for i in range(0x80, 0xA0)}
+)
 _BACKTICKS = re.compile(r"`([^`]+)`")
 
 

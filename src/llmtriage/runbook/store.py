@@ -13,7 +13,7 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -32,6 +32,7 @@ APPLICATION_ID = 0x4C4C5452
 BUSY_TIMEOUT_S = 30.0
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _WORD = re.compile(r"\w+")
+_MAX_ROWID = 2**63 - 1
 _DAMAGED_HINT = "move the file aside and start a new runbook (llmtriage leaves it as it is)"
 
 # Migration N (1-based) takes the schema from user_version N-1 to N; statements run in one transaction.
@@ -117,24 +118,41 @@ def _row(entry: Entry) -> tuple[object, ...]:
 
 
 def _entry(row: sqlite3.Row) -> Entry:
+    """The entry a row holds; ValueError naming the field when a column holds what no write of this store puts
+    there (SQLite keeps any type in any column, and another tool may have edited the file)."""
+    try:
+        config = json.loads(row["config"])
+    except (TypeError, ValueError) as e:
+        raise ValueError("its config is not JSON") from e
+    if not isinstance(config, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
+        raise ValueError("its config is not a JSON object of strings")
+    texts = {name: row[name] for name in ("uid", "recorded_at", "symptom_class", "cause", "signatures", "evidence")}
+    optional = {name: row[name] for name in ("fingerprint", "gpu", "engine", "engine_version", "fix", "outcome")}
+    optional.update(notes=row["notes"], origin=row["origin"])
+    for name, value in texts.items():
+        if not isinstance(value, str):
+            raise ValueError(f"its {name} is not text")
+    for name, value in optional.items():
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"its {name} is not text")
     return Entry(
         id=row["id"],
-        uid=row["uid"],
-        recorded_at=row["recorded_at"],
+        uid=texts["uid"],
+        recorded_at=texts["recorded_at"],
         seed=bool(row["seed"]),
-        symptom_class=row["symptom_class"],
-        cause=row["cause"],
-        fingerprint=row["fingerprint"],
-        signatures=tuple(row["signatures"].split()),
-        evidence=tuple(row["evidence"].splitlines()),
-        config=json.loads(row["config"]),
-        gpu=row["gpu"],
-        engine=row["engine"],
-        engine_version=row["engine_version"],
-        fix=row["fix"],
-        outcome=row["outcome"],
-        notes=row["notes"],
-        origin=row["origin"],
+        symptom_class=texts["symptom_class"],
+        cause=texts["cause"],
+        fingerprint=optional["fingerprint"],
+        signatures=tuple(texts["signatures"].split()),
+        evidence=tuple(texts["evidence"].splitlines()),
+        config=config,
+        gpu=optional["gpu"],
+        engine=optional["engine"],
+        engine_version=optional["engine_version"],
+        fix=optional["fix"],
+        outcome=optional["outcome"],
+        notes=optional["notes"],
+        origin=optional["origin"],
     )
 
 
@@ -144,6 +162,8 @@ class Runbook:
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self._conn = conn
+        # Damaged rows skipped while reading, one line each (the reader shows them as problems).
+        self.problems: list[str] = []
 
     # ------------------------------------------------------------ opening
 
@@ -293,18 +313,33 @@ class Runbook:
             return self._insert(entries)
 
     def get(self, entry_id: int) -> Entry:
-        """The entry with id ``entry_id``; UsageError when there is none."""
-        with self._guard():
-            row = self._conn.execute(f"{_SELECT} WHERE id = ?", (entry_id,)).fetchone()
+        """The entry with id ``entry_id``; UsageError when there is none, UnavailableError when it is damaged."""
+        row = None
+        if 0 <= entry_id <= _MAX_ROWID:  # SQLite's integers are 64-bit: a larger id cannot exist
+            with self._guard():
+                row = self._conn.execute(f"{_SELECT} WHERE id = ?", (entry_id,)).fetchone()
         if row is None:
             raise UsageError(f"no runbook entry {entry_id}", "`llmtriage runbook list` shows the ids")
-        return _entry(row)
+        try:
+            return _entry(row)
+        except ValueError as e:
+            raise UnavailableError(f"runbook entry {entry_id} in {self.path} is damaged: {e}", _DAMAGED_HINT) from e
+
+    def _entries(self, rows: Iterable[sqlite3.Row]) -> list[Entry]:
+        """The entries of ``rows``; a damaged row is skipped and named in :attr:`problems`."""
+        entries = []
+        for row in rows:
+            try:
+                entries.append(_entry(row))
+            except ValueError as e:
+                self.problems.append(f"runbook {self.path}: entry {row['id']} skipped, {e}")
+        return entries
 
     def entries(self, *, seeds: bool = False) -> list[Entry]:
         """All incidents, oldest first; the seed entries too with ``seeds``."""
         where = "" if seeds else " WHERE seed = 0"
         with self._guard():
-            return [_entry(r) for r in self._conn.execute(f"{_SELECT}{where} ORDER BY recorded_at, id")]
+            return self._entries(self._conn.execute(f"{_SELECT}{where} ORDER BY recorded_at, id"))
 
     def count(self, *, seeds: bool) -> int:
         """How many incidents (or seed entries, with ``seeds``) there are."""
@@ -323,7 +358,7 @@ class Runbook:
             "WHERE incidents_fts MATCH ? ORDER BY incidents_fts.rank, incidents.id"
         )
         with self._guard():
-            return [_entry(r) for r in self._conn.execute(sql, (query,))]
+            return self._entries(self._conn.execute(sql, (query,)))
 
     def with_fingerprint(self, fingerprint: str) -> list[Entry]:
         """Incidents (never seeds) with this fingerprint, newest first."""
@@ -336,7 +371,7 @@ class Runbook:
     def _incidents_where(self, column: str, value: str) -> list[Entry]:
         sql = f"{_SELECT} WHERE seed = 0 AND {column} = ? ORDER BY recorded_at DESC, id DESC"
         with self._guard():
-            return [_entry(r) for r in self._conn.execute(sql, (value,))]
+            return self._entries(self._conn.execute(sql, (value,)))
 
 
 def _check_magic(path: Path) -> None:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import math
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +22,10 @@ from llmtriage.catalog import Thresholds
 from llmtriage.diagnose.engine import diagnose
 from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import UnavailableError, UsageError
+from llmtriage.evidence import live
 from llmtriage.facts import Evidence, MetricsFacts, MetricSnapshot, Problem
 from llmtriage.parse import prom
-from llmtriage.watch.reader import catalog_series_names
+from llmtriage.urls import check_url
 
 SCHEMA_VERSION = 1
 STEPS_PER_WINDOW = 60  # fine enough to see a stall of stall_seconds begin inside a 5-minute window
@@ -59,42 +59,47 @@ class RangeSeries:
 
 
 class PrometheusClient:
-    """Prometheus's HTTP API (``/api/v1/query_range``, ``/api/v1/query``); every failure is an UnavailableError."""
+    """Prometheus's HTTP API (``/api/v1/query_range``, ``/api/v1/query``); every failure is an UnavailableError,
+    a rejected query a UsageError. Each call has a total deadline and a size cap (:func:`llmtriage.evidence.live.get`).
+    """
 
     def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise UsageError(f"--prometheus {base_url}: not an http:// URL", "e.g. --prometheus http://127.0.0.1:9090")
+        check_url(base_url, "--prometheus", "e.g. --prometheus http://127.0.0.1:9090")
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def api(self, path: str, params: dict[str, str]) -> Any:
         """The `data` of a GET of the API at `path`."""
         url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
         try:
-            with self._opener.open(url, timeout=self.timeout_s) as response:
-                body: bytes = response.read(MAX_RESPONSE_BYTES)
-        except urllib.error.HTTPError as e:
-            detail = _error_detail(e.read(4096))
-            if e.code in (400, 422):
-                raise UsageError(
-                    f"Prometheus rejected the query: {detail}", "check --selector, e.g. '{job=\"vllm\"}'"
-                ) from e
-            raise UnavailableError(f"Prometheus at {self.base_url}: HTTP {e.code} {detail}") from e
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-            reason = getattr(e, "reason", e)
+            answer = live.get(url, self.timeout_s, MAX_RESPONSE_BYTES, {"Accept": "application/json"})
+        except live.FetchError as e:
             raise UnavailableError(
-                f"Prometheus at {self.base_url} cannot be read: {reason}",
+                f"Prometheus at {self.base_url} cannot be read: {e.reason}",
                 "is Prometheus running, and is the URL right?",
             ) from e
-        try:
-            doc = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UnavailableError(f"{self.base_url} did not answer as Prometheus's API (not JSON)") from e
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            raise UnavailableError(
-                f"Prometheus at {self.base_url}: {doc.get('error') if isinstance(doc, dict) else doc}"
+        if answer.status in (400, 422):
+            raise UsageError(
+                f"Prometheus rejected the query: {_error_detail(answer.body)}",
+                "check --selector, e.g. '{job=\"vllm\"}'",
             )
+        if not answer.ok:
+            raise UnavailableError(f"Prometheus at {self.base_url}: HTTP {answer.status} {_error_detail(answer.body)}")
+        if answer.truncated:
+            raise UnavailableError(
+                f"Prometheus at {self.base_url} answered more than {MAX_RESPONSE_BYTES >> 20} MiB",
+                "narrow --selector or --window",
+            )
+        doc = _json(answer.body)
+        if doc is None:
+            raise UnavailableError(
+                f"{self.base_url} did not answer as Prometheus's API (not JSON, or nested too deeply)"
+            )
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            error = doc.get("error") if isinstance(doc, dict) else doc
+            raise UnavailableError(f"Prometheus at {self.base_url}: {str(error)[:200]}")
         return doc.get("data")
 
     def query_range(self, expr: str, start_s: float, end_s: float, step_s: float) -> list[RangeSeries]:
@@ -103,28 +108,56 @@ class PrometheusClient:
             "/api/v1/query_range",
             {"query": expr, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"},
         )
-        return _matrix(data)
+        return self._shaped(_matrix, data)
 
     def query(self, expr: str, at_s: float | None = None) -> list[RangeSeries]:
         """The instant vector of ``expr`` (each series with one point)."""
         params = {"query": expr} if at_s is None else {"query": expr, "time": f"{at_s:.3f}"}
-        data = self.api("/api/v1/query", params)
-        if not isinstance(data, dict) or data.get("resultType") != "vector":
-            return []
-        result = []
-        for item in data.get("result") or []:
-            value = item.get("value") or [0, "NaN"]
-            result.append(RangeSeries(dict(item.get("metric") or {}), ((float(value[0]), _float(value[1])),)))
-        return result
+        return self._shaped(_vector, self.api("/api/v1/query", params))
+
+    def _shaped(self, read: Callable[[Any], list[RangeSeries]], data: Any) -> list[RangeSeries]:
+        try:
+            return read(data)
+        except (AttributeError, TypeError, ValueError) as e:
+            raise UnavailableError(
+                f"Prometheus at {self.base_url} answered a result of an unknown shape ({type(e).__name__}: {e})"[:300],
+                "is this Prometheus's URL?",
+            ) from e
+
+
+def _json(body: bytes) -> Any:
+    """The document in ``body``; None when it is not JSON, or nests too deeply for the parser."""
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def _labels(metric: Any) -> dict[str, str]:
+    if not isinstance(metric, dict):
+        raise TypeError(f"labels are {type(metric).__name__}, not an object")
+    return {str(k): str(v) for k, v in metric.items()}
 
 
 def _matrix(data: Any) -> list[RangeSeries]:
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         return []
     return [
-        RangeSeries(dict(item.get("metric") or {}), tuple((float(t), _float(v)) for t, v in item.get("values") or []))
+        RangeSeries(
+            _labels(item.get("metric") or {}), tuple((float(t), _float(v)) for t, v in item.get("values") or [])
+        )
         for item in data.get("result") or []
     ]
+
+
+def _vector(data: Any) -> list[RangeSeries]:
+    if not isinstance(data, dict) or data.get("resultType") != "vector":
+        return []
+    result = []
+    for item in data.get("result") or []:
+        t, v = item.get("value") or [0, "NaN"]
+        result.append(RangeSeries(_labels(item.get("metric") or {}), ((float(t), _float(v)),)))
+    return result
 
 
 def _float(text: Any) -> float:
@@ -135,11 +168,10 @@ def _float(text: Any) -> float:
 
 
 def _error_detail(body: bytes) -> str:
-    try:
-        doc = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return body.decode("utf-8", "replace").strip()[:200]
-    return str(doc.get("error", doc)) if isinstance(doc, dict) else str(doc)
+    doc = _json(body[:4096])
+    if doc is None:
+        return live.excerpt(body)
+    return (str(doc.get("error", doc)) if isinstance(doc, dict) else str(doc))[:200]
 
 
 # ---------------------------------------------------------------- snapshots from range queries
@@ -157,7 +189,7 @@ def selector_matchers(selector: str | None) -> str:
 
 def catalog_series_regex() -> str:
     """A ``__name__`` regex of every series catalog/metrics.yaml reads (histograms by bucket, sum and count)."""
-    return "|".join(sorted(catalog_series_names(catalog.metric_map())))
+    return "|".join(sorted(prom.catalog_series_names(catalog.metric_map())))
 
 
 def _key(labels: dict[str, str]) -> InstanceKey:

@@ -16,6 +16,7 @@ from llmtriage.capture.gpu import GpuProcessRow, GpuRow
 from llmtriage.capture.nvml import Nvml
 from llmtriage.errors import UsageError
 from llmtriage.facts import Citation, GpuFacts, GpuProcess, GpuSample
+from llmtriage.urls import check_url
 from llmtriage.watch import http
 
 NVML = "nvml"
@@ -34,8 +35,10 @@ class GpuReading:
 
 def check_source(value: str) -> str:
     """``nvml`` or an http(s) telemetry URL."""
-    if value == NVML or value.startswith(("http://", "https://")):
+    if value == NVML:
         return value
+    if value.startswith(("http://", "https://")):
+        return check_url(value, "--gpu", "e.g. --gpu http://127.0.0.1:8000/llmtriage/gpu")
     raise UsageError(
         f"--gpu {value}: unknown", "give nvml, or a telemetry URL like http://127.0.0.1:8000/llmtriage/gpu"
     )

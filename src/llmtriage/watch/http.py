@@ -41,15 +41,20 @@ def session(connections: int) -> aiohttp.ClientSession:
 
 
 async def get(http: aiohttp.ClientSession, url: str, timeout_s: float) -> Answer:
-    """GET ``url`` within ``timeout_s``."""
+    """GET ``url``: connection, headers and the whole body within ``timeout_s``, the body at most MAX_BODY_BYTES."""
     try:
-        async with http.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-            body = await response.content.read(MAX_BODY_BYTES + 1)
-            if len(body) > MAX_BODY_BYTES:
-                return Answer(url, response.status, b"", f"answer larger than {MAX_BODY_BYTES >> 20} MiB")
-            if response.status >= 300:
-                return Answer(url, response.status, body, f"HTTP {response.status} {response.reason or ''}".strip())
-            return Answer(url, response.status, body)
+        async with asyncio.timeout(timeout_s):
+            async with http.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+                # read(n) answers what has arrived so far: read until the end, or past the cap
+                body = bytearray()
+                while chunk := await response.content.read(MAX_BODY_BYTES + 1 - len(body)):
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:
+                        return Answer(url, response.status, b"", f"answer larger than {MAX_BODY_BYTES >> 20} MiB")
+                if response.status >= 300:
+                    reason = f"HTTP {response.status} {response.reason or ''}".strip()
+                    return Answer(url, response.status, bytes(body), reason)
+                return Answer(url, response.status, bytes(body))
     except TimeoutError:
         return Answer(url, None, b"", f"no answer within {timeout_s:g} s")
     except (aiohttp.ClientError, OSError, ValueError) as e:

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmtriage import catalog
 from llmtriage.facts import MetricSnapshot, Problem
-from llmtriage.parse.prom import Entry, bucket_bound, snapshot, unrecognised
+from llmtriage.parse.prom import Entry, bucket_bound, catalog_series_names, sample_value, snapshot, unrecognised
 
 MAX_CACHED_SERIES = 200_000
 
@@ -32,20 +32,6 @@ class _Series(NamedTuple):
 
 
 _BAD = _Series("", {}, False, None, None)
-
-
-def catalog_series_names(mapping: catalog.MetricMap) -> frozenset[str]:
-    """Every series catalog/metrics.yaml reads (histograms by bucket, sum and count), info metrics included."""
-    names: set[str] = set()
-    for spec in mapping.specs:
-        for name in spec.names:
-            if spec.kind == "histogram":
-                names.update((f"{name}_bucket", f"{name}_sum", f"{name}_count"))
-            else:
-                names.add(name)
-    for info in mapping.info.values():
-        names.update(info)
-    return frozenset(names)
 
 
 class SnapshotReader:
@@ -99,12 +85,8 @@ class SnapshotReader:
                 engines.add(series.engine)
             if not series.wanted:
                 continue
-            value: float | None
-            try:
-                value = float(rest)
-            except ValueError:
-                value = _value_before_timestamp(rest)
-            if value is None or "_" in rest:
+            value = sample_value(rest)
+            if value is None:
                 bad += 1
                 continue
             by_name[series.name].append((series.labels, value, series.le))
@@ -112,15 +94,3 @@ class SnapshotReader:
         engine = next((e for e in self._mapping.engine_prefixes if e in engines), None)
         snap = snapshot(by_name, self._mapping, engine, source, timestamp_s, samples - bad)
         return snap, problems + unrecognised(snap)
-
-
-def _value_before_timestamp(rest: str) -> float | None:
-    """The value of ``value timestamp``, or None when it is not a number."""
-    parts = rest.split()
-    if len(parts) != 2:
-        return None
-    try:
-        float(parts[1])
-        return float(parts[0])
-    except ValueError:
-        return None
