@@ -29,7 +29,7 @@ def wizard_starts(case: RecordedStart) -> bool:
     request = case.request
     model, launch, gpu = request.model, request.launch, request.gpu
     tp = launch.tensor_parallel_size
-    quant = (launch.quantization or model.quantization or "").lower()
+    quant = (launch.quantization or (model.quant.method if model.quant else "")).lower()
     weights = param_counts(model).total * WIZARD_QUANT_BYTES.get(quant, 2.0) / tp
     context = launch.max_model_len or model.max_position_embeddings or 0
     kv_bytes = 1.0 if "fp8" in launch.kv_cache_dtype else 2.0

@@ -41,6 +41,86 @@ class Problem:
     message: str
 
 
+# ---------------------------------------------------------------- the software stack
+
+
+@dataclass(frozen=True, slots=True)
+class StackGpu:
+    """A GPU as the stack sees it: its name, memory and CUDA compute capability (``"8.0"``), each None when unknown."""
+
+    index: int | None
+    name: str | None
+    memory_total_mib: float | None = None
+    """Framebuffer memory, MiB (``memory.total``)."""
+    compute_capability: str | None = None
+    """CUDA compute capability, ``major.minor`` (``nvmlDeviceGetCudaComputeCapability``, ``compute_cap``)."""
+    citation: Citation | None = None
+
+
+STACK_TEXT_FIELDS = (
+    "driver_version",
+    "driver_cuda_version",
+    "cuda_runtime_version",
+    "torch_version",
+    "nccl_version",
+    "engine",
+    "engine_version",
+    "engine_dtype",
+    "python_version",
+    "kernel_release",
+    "container_image",
+)
+
+
+@dataclass(slots=True)
+class StackFacts:
+    """The software under a server: driver, CUDA runtime, torch and its kernels, the engine, the GPUs.
+
+    ``driver_cuda_version`` is the newest CUDA the driver supports (nvidia-smi's "CUDA Version", NVML's
+    ``nvmlSystemGetCudaDriverVersion``); ``cuda_runtime_version`` the CUDA torch was built with (``torch.version.cuda``,
+    collect_env's "CUDA used to build PyTorch"), not the toolkit on the PATH. ``arch_list`` is
+    ``torch.cuda.get_arch_list()`` (``sm_XY`` kernels, ``compute_XY`` PTX). ``engine_dtype`` is the weights' dtype the
+    engine resolved (vLLM's engine config line). ``packages`` maps normalized distribution names to versions.
+    """
+
+    driver_version: str | None = None
+    driver_cuda_version: str | None = None
+    cuda_runtime_version: str | None = None
+    torch_version: str | None = None
+    arch_list: tuple[str, ...] | None = None
+    nccl_version: str | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    engine_dtype: str | None = None
+    python_version: str | None = None
+    kernel_release: str | None = None
+    container_image: str | None = None
+    gpus: list[StackGpu] = field(default_factory=list)
+    packages: dict[str, str] = field(default_factory=dict)
+    citations: dict[str, Citation] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    def known(self) -> bool:
+        """True when anything at all is known."""
+        return bool(self.gpus or self.packages or self.arch_list is not None) or any(
+            getattr(self, name) is not None for name in STACK_TEXT_FIELDS
+        )
+
+    def fill(self, other: StackFacts) -> None:
+        """Take from ``other`` what this one does not know (with its citations); GPUs only when none are known."""
+        for name in (*STACK_TEXT_FIELDS, "arch_list"):
+            if getattr(self, name) is None and getattr(other, name) is not None:
+                setattr(self, name, getattr(other, name))
+                if name in other.citations:
+                    self.citations[name] = other.citations[name]
+        if not self.gpus:
+            self.gpus = list(other.gpus)
+        for name, version in other.packages.items():
+            self.packages.setdefault(name, version)
+        self.sources.extend(s for s in other.sources if s not in self.sources)
+
+
 # ---------------------------------------------------------------- logs
 
 
@@ -215,6 +295,7 @@ class LogFacts:
     launch_hints: dict[str, str] = field(default_factory=dict)
     launch_hint_citations: dict[str, Citation] = field(default_factory=dict)
     stats: list[StatsPoint] = field(default_factory=list)
+    stack: StackFacts = field(default_factory=StackFacts)
     http_status: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     http_status_citations: dict[int, Citation] = field(default_factory=dict)
     engine_votes: Counter[str] = field(default_factory=Counter)
@@ -422,6 +503,7 @@ class Evidence:
     launch: LaunchConfig | None = None
     model: ModelConfig | None = None
     bench: BenchFigures | None = None
+    stack: StackFacts | None = None
     health_ok: bool | None = None
     read: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)

@@ -55,6 +55,7 @@ class Behaviour:
     api_key: str | None = None
     kv_capacity: int = 64  # running requests at 100 % KV usage
     metrics: bool = True  # keep the Prometheus histograms (about 2 µs a token)
+    stall: bool = False  # never answer a completion, not even its headers (a hung engine; the rest answers)
 
 
 @dataclass
@@ -147,6 +148,7 @@ class StreamServer:
         self.max_running = 0
         self.metrics = _Metrics()
         self._streams: list[_Stream] = []
+        self._stopping = asyncio.Event()
         self._engine: asyncio.Task[None] | None = None
         self._runner: web.ServerRunner | None = None
         self.base_url = ""
@@ -178,7 +180,8 @@ class StreamServer:
         return self.base_url
 
     async def stop(self) -> None:
-        """Stop listening and the engine; responses still streaming end at once."""
+        """Stop listening and the engine; responses still streaming (or stalled) end at once."""
+        self._stopping.set()
         for stream in self._streams:
             if not stream.done.done():
                 stream.done.cancel()
@@ -247,6 +250,9 @@ class StreamServer:
             tail.append(_frame(_event({"id": "x", "object": "chunk", "model": b.model, "choices": [], "usage": usage})))
         tail.append(_frame(b"data: [DONE]\n\n"))
         timing = self.timings[request_id] = Timing(recv)
+        if b.stall:
+            await self._stopping.wait()
+            return self._error(503, "stalled until the server stopped")
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         self.metrics.running.set(self.running)

@@ -99,28 +99,74 @@ def fast_first_seed() -> int:
     raise AssertionError("no seed starts with two fast requests")
 
 
-def test_ctrl_c_prints_and_keeps_the_partial_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "workers", "exit_code"),
+    [(signal.SIGINT, 1, 130), (signal.SIGTERM, 1, 143), (signal.SIGTERM, 2, 143)],
+    ids=["ctrl-c", "sigterm", "sigterm-to-the-group-of-2-workers"],
+)
+def test_a_stop_signal_prints_and_keeps_the_partial_results(
+    tmp_path: Path, signum: signal.Signals, workers: int, exit_code: int
+) -> None:
+    """Ctrl-C, and SIGTERM as CI and `timeout` send it (to the whole process group), stop the run the same way."""
     server = StreamServer(Behaviour(step_s=0.01))
     with in_thread(server) as url:
         cmd = [sys.executable, "-m", "llmtriage", "bench", "--base-url", url, "--concurrency", "2"]
-        cmd += ["--requests", "40", "--out", str(tmp_path), "--seed", str(fast_first_seed())]
+        cmd += ["--requests", "40", "--out", str(tmp_path), "--seed", str(fast_first_seed()), "--workers", str(workers)]
         cmd += ["--mix", "fast:prompt_chars=10,max_tokens=2", "--mix", "slow:prompt_chars=10,max_tokens=3000"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True
+        )
         deadline = time.monotonic() + 30
         while len(server.bodies) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
+        os.killpg(proc.pid, signum)
         stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130, stderr
+        stopped_in_s = time.monotonic() - signalled
+    assert proc.returncode == exit_code, stderr
+    assert stopped_in_s < 10  # the slow requests stream for 30 s: they were cut short, not waited for
     assert "interrupted" in stderr and "interrupted: partial" in stdout
     data = json.loads((tmp_path / "result.json").read_text())
     counts = data["summary"]["requests"]
     assert data["run"]["interrupted"] is True and counts["completed"] >= 2 and counts["interrupted"] >= 1
     assert "interrupted" in {w["code"] for w in data["warnings"]}
+    assert data["client"]["workers"] == workers
+    assert not [note for note in data["run"]["notes"] if note.startswith("worker ")]  # none lost to the signal
     with (tmp_path / "requests.csv").open() as f:
         kinds = [row["error_kind"] for row in csv.DictReader(f)]
     assert kinds.count("") == counts["completed"] and kinds.count("interrupted") == counts["interrupted"]
+
+
+def test_duration_is_a_hard_deadline_against_a_stalled_server(tmp_path: Path) -> None:
+    """Requests the server never answers end as timeouts at the end of --duration, not after --timeout (300 s)."""
+    server = StreamServer(Behaviour(stall=True))
+    with in_thread(server) as url:
+        started = time.monotonic()
+        proc = llmtriage(
+            "bench", "--base-url", url, "--duration", "3", "--concurrency", "2", "--out", tmp_path, timeout=30
+        )
+        took_s = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr
+    assert took_s < 8, f"took {took_s:.1f} s"
+    assert len(server.timings) == 2  # both were sent, neither answered
+    data = json.loads((tmp_path / "result.json").read_text())
+    counts = data["summary"]["requests"]
+    assert (counts["measured"], counts["completed"], counts["failed"]) == (2, 0, 2)
+    assert data["run"]["interrupted"] is False
+    assert [(e["kind"], e["count"]) for e in data["errors"]] == [("timeout", 2)]
+    assert "--duration" in data["errors"][0]["message"]
+
+
+def test_connection_refused_is_one_line_and_exit_4(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    proc = llmtriage("bench", "--base-url", url, "--requests", "3", "--out", tmp_path)
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stdout == ""  # no table of dashes
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: could not connect to {url}/v1/completions: Connection refused (3 of 3 requests)"]
+    assert "Traceback" not in proc.stderr
+    assert json.loads((tmp_path / "result.json").read_text())["errors"][0]["kind"] == "connect"
 
 
 def test_exit_codes_for_failures_and_unreachable_servers(tmp_path: Path) -> None:

@@ -78,6 +78,24 @@ def test_timings_match_what_the_server_did() -> None:
     assert s.output_tokens_total == 12 * 16
 
 
+def test_ttft_is_measured_from_the_send_not_the_schedule() -> None:
+    """Capped at one request in flight, an open loop at 50/s holds each request back until the one before ends
+    (~100 ms): TTFT counted from the schedule would add that wait; counted from the send it is the server's delay."""
+    server = StreamServer(Behaviour(ttft_s=0.1))
+
+    async def scenario() -> tuple[RunOutcome, Summary]:
+        async with serving(server) as url:
+            return await bench(url, request_rate_per_s=50.0, arrival=Arrival.constant, requests=4, concurrency=1)
+
+    outcome, s = run(scenario)
+    assert s.completed == 4
+    assert [r.queue_ms > 60 for r in outcome.records] == [False, True, True, True]  # the schedule and the send differ
+    for r in outcome.records:
+        known = server.timings[r.request_id]
+        server_ttft_ms = (known.write_s[0] - known.recv_s) * 1000
+        assert r.ttft_ms is not None and 0 <= r.ttft_ms - server_ttft_ms < 50
+
+
 def test_role_chunk_is_not_the_first_token_but_reasoning_is() -> None:
     # The server sends the empty role chunk at once, then thinks 100 ms: a client counting the role chunk says ~0.
     server = StreamServer(Behaviour(ttft_s=0.1, reasoning_tokens=3))
@@ -111,6 +129,19 @@ def test_duration_bounds_a_closed_loop_and_warmup_is_not_measured() -> None:
     assert [r.warmup for r in outcome.records[:3]] == [True] * 3 and not any(r.warmup for r in outcome.records[3:])
     assert s.warmup == 3 and s.measured == len(outcome.records) - 3 > 0
     assert max(r.scheduled_s for r in outcome.records) < 0.4
+
+
+def test_requests_open_at_the_deadline_get_as_long_as_the_slowest_took() -> None:
+    """--duration 0.5 s against a server answering in 0.3 s: the second pair, open at the deadline, completes within
+    the grace (the slowest completed request's time) instead of ending as timeouts."""
+
+    async def scenario() -> tuple[RunOutcome, Summary]:
+        async with serving(StreamServer(Behaviour(ttft_s=0.3))) as url:
+            return await bench(url, requests=None, duration_s=0.5, concurrency=2)
+
+    outcome, s = run(scenario)
+    assert (s.completed, s.failed) == (4, 0)
+    assert max(r.end_s or 0 for r in outcome.records) > 0.5  # they did finish after the deadline
 
 
 def test_mix_and_server_side_figures() -> None:

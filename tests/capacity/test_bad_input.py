@@ -49,7 +49,7 @@ def test_free_memory_beyond_the_gpu() -> None:
 
 def test_unknown_gpu_suggests_close_names() -> None:
     with pytest.raises(UsageError) as e:
-        resolve_gpu("RTX 4080")
+        resolve_gpu("RTX 4090 Ti")
     assert "RTX 4090" in e.value.hint
 
 

@@ -70,7 +70,7 @@ def test_text_says_what_to_change_and_exits_1() -> None:
 
 
 def test_reported_total_wins_over_the_catalog() -> None:
-    done = _run("--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--gpu-memory-gib", "40", "--format", "json")
+    done = _run("--model", "Qwen/Qwen3-8B", "--gpu", "H100 SXM", "--gpu-memory-gib", "40", "--format", "json")
     assert json.loads(done.stdout)["budget_gib"] == 36.0
 
 
@@ -79,7 +79,7 @@ def test_roofline_in_json() -> None:
         "--model",
         "Qwen/Qwen3-8B",
         "--gpu",
-        "H100",
+        "H100 SXM",
         "--roofline",
         "--batch",
         "4",
@@ -96,6 +96,6 @@ def test_roofline_in_json() -> None:
 def test_usage_errors_exit_2_with_a_hint() -> None:
     done = _run("--model", "Qwen/Qwen3-8B", "--gpu", "H10O")
     assert done.returncode == 2 and "hint:" in done.stderr
-    done = _run("--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--gpu-memory-utilization", "1.5")
+    done = _run("--model", "Qwen/Qwen3-8B", "--gpu", "H100 SXM", "--gpu-memory-utilization", "1.5")
     assert done.returncode == 2 and "(0, 1]" in done.stderr
     assert _run("--model", "Qwen/Qwen3-8B").returncode == 2

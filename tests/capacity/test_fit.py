@@ -23,7 +23,7 @@ LLAMA8B_KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2
 
 
 def _request(
-    model: str = "meta-llama/Llama-3.1-8B-Instruct", gpu: str = "H100", version: str = "0.10.1", **launch: object
+    model: str = "meta-llama/Llama-3.1-8B-Instruct", gpu: str = "H100 SXM", version: str = "0.10.1", **launch: object
 ) -> FitRequest:
     return FitRequest(resolve_model(model), resolve_gpu(gpu), LaunchSettings(**launch), parse_version(version))  # type: ignore[arg-type]
 
@@ -58,12 +58,12 @@ def test_kv_heads_replicate_when_tp_exceeds_them() -> None:
 
 
 def test_mla_one_latent_per_token_no_tp_saving_bigger_blocks_on_hopper() -> None:
-    h100 = [kv_layout(_request("deepseek-ai/DeepSeek-V3", "H100", tensor_parallel_size=tp)) for tp in (1, 8)]
+    h100 = [kv_layout(_request("deepseek-ai/DeepSeek-V3", "H100 SXM", tensor_parallel_size=tp)) for tp in (1, 8)]
     assert {layout.bytes_per_token for layout in h100} == {61 * (512 + 64) * 2}
     assert h100[0].block_size == 64
-    assert kv_layout(_request("deepseek-ai/DeepSeek-V3", "A100", tensor_parallel_size=8)).block_size == 16
+    assert kv_layout(_request("deepseek-ai/DeepSeek-V3", "A100 SXM 80GB", tensor_parallel_size=8)).block_size == 16
     # Before V0 learned MLA, every head's K and V was cached, split across TP ranks.
-    old = kv_layout(_request("deepseek-ai/DeepSeek-V3", "H100", version="0.6.0", tensor_parallel_size=8))
+    old = kv_layout(_request("deepseek-ai/DeepSeek-V3", "H100 SXM", version="0.6.0", tensor_parallel_size=8))
     assert old.bytes_per_token == 61 * (128 // 8) * ((128 + 64) + 128) * 2
 
 
@@ -86,11 +86,11 @@ def test_hybrid_sliding_window_groups_from_the_hybrid_manager() -> None:
 
 
 def test_activation_follows_max_model_len_in_v0_and_batched_tokens_in_v1() -> None:
-    v0 = [fit(_request(version="0.6.4", gpu="A100", max_model_len=n)).activation_gib for n in (8192, 16384)]
+    v0 = [fit(_request(version="0.6.4", gpu="A100 SXM 80GB", max_model_len=n)).activation_gib for n in (8192, 16384)]
     assert v0[1] > 1.8 * v0[0]
-    v1 = [fit(_request(version="0.10.1", gpu="A100", max_model_len=n)).activation_gib for n in (8192, 16384)]
+    v1 = [fit(_request(version="0.10.1", gpu="A100 SXM 80GB", max_model_len=n)).activation_gib for n in (8192, 16384)]
     assert v1[0] == pytest.approx(v1[1])
-    bigger = fit(_request(version="0.10.1", gpu="A100", max_num_batched_tokens=16384)).activation_gib
+    bigger = fit(_request(version="0.10.1", gpu="A100 SXM 80GB", max_num_batched_tokens=16384)).activation_gib
     assert bigger > v1[0]
 
 
@@ -123,7 +123,9 @@ def test_context_beyond_the_model_is_refused_first() -> None:
 def test_weights_that_do_not_fit_the_gpu() -> None:
     result = fit(_request("meta-llama/Llama-3.1-70B-Instruct", "L4", max_model_len=4096))
     assert result.error == "no_available_memory_for_cache_blocks" and "weights alone" in result.detail
-    assert fit(_request("meta-llama/Llama-3.1-70B-Instruct", "H100", max_model_len=4096, tensor_parallel_size=4)).starts
+    assert fit(
+        _request("meta-llama/Llama-3.1-70B-Instruct", "H100 SXM", max_model_len=4096, tensor_parallel_size=4)
+    ).starts
 
 
 def test_fp8_kv_doubles_the_tokens() -> None:
@@ -142,7 +144,7 @@ def test_quantized_weights_are_smaller() -> None:
 
 def test_roofline_reads_weights_per_step_and_moe_reads_its_routed_experts() -> None:
     dense = decode_roofline(_request(max_model_len=4096), batch=1, context_tokens=1)
-    bandwidth = resolve_gpu("H100").bandwidth_gbs or 0
+    bandwidth = resolve_gpu("H100 SXM").bandwidth_gbs or 0
     assert dense.tpot_floor_ms == pytest.approx(8.03e9 * 2 / (bandwidth * 1e9) * 1000, rel=0.02)
     batched = decode_roofline(_request(max_model_len=4096), batch=8, context_tokens=1)
     assert batched.tokens_per_s > 7 * dense.tokens_per_s

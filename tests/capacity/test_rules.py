@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import yaml
@@ -46,7 +47,9 @@ def test_startup_oom_names_the_largest_max_model_len_that_fits(tmp_path: Path) -
     assert any("largest max-model-len that fits is 32,0" in n for n in notes), notes
 
 
-def _slow_bundle(root: Path, tpot_ms: float, performance: str | None) -> Path:
+def _slow_bundle(
+    root: Path, tpot_ms: float, performance: str | None, model: str = "meta-llama/Llama-3.1-8B-Instruct"
+) -> Path:
     # vllm bench serve's block: mean, median and p99 (the median is what answers a p95 objective here).
     log = (
         "============ Serving Benchmark Result ============\n"
@@ -54,7 +57,7 @@ def _slow_bundle(root: Path, tpot_ms: float, performance: str | None) -> Path:
         f"Median TPOT (ms):                        {tpot_ms}\n"
         f"P99 TPOT (ms):                           {tpot_ms * 1.3:.2f}\n"
     )
-    return _bundle(root, log, "vllm serve meta-llama/Llama-3.1-8B-Instruct", H100_TABLE, performance)
+    return _bundle(root, log, f"vllm serve {model}", H100_TABLE, performance)
 
 
 def _tight_slo() -> catalog.Thresholds:
@@ -75,3 +78,14 @@ def test_tpot_far_below_the_roofline_is_not_called_bandwidth_bound(tmp_path: Pat
     result = diagnose(read_evidence(_slow_bundle(tmp_path, 40.0, None)), _tight_slo())
     notes = [e.note for c in result.causes for e in c.evidence]
     assert not any("roofline floor" in n and "ceiling" in n for n in notes)
+
+
+def test_a_quantized_re_upload_is_priced_as_its_base_in_the_roofline(tmp_path: Path) -> None:
+    # RedHatAI's FP8 Llama-3.1-8B is not in the catalog: priced as Llama-3.1-8B with 1-byte weights, the floor
+    # halves (~8.5 GB per step at 3.35 TB/s = ~2.7 ms, not the 16-bit ~4.8 ms).
+    bundle = _slow_bundle(tmp_path, 4.2, None, "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic")
+    result = diagnose(read_evidence(bundle), _tight_slo())
+    notes = [e.note for c in result.causes for e in c.evidence if "roofline floor of" in e.note]
+    assert notes, [c.id for c in result.causes]
+    floor_ms = float(re.search(r"roofline floor of ([0-9.]+) ms", notes[0]).group(1))  # type: ignore[union-attr]
+    assert 2.4 <= floor_ms <= 3.0, notes[0]

@@ -18,9 +18,9 @@ import pytest
 
 from llmtriage import catalog
 from llmtriage.errors import UnavailableError, UsageError
-from llmtriage.runbook.entry import Entry
+from llmtriage.runbook.entry import Edit, Entry
 from llmtriage.runbook.seeds import seeds
-from llmtriage.runbook.store import APPLICATION_ID, SCHEMA_VERSION, Runbook
+from llmtriage.runbook.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Runbook
 
 from ..conftest import DESIGN_CAUSE_IDS
 from .conftest import REPO, bundle, diagnosed_entry
@@ -312,3 +312,71 @@ def test_concurrent_writers_on_a_new_file_lose_nothing(tmp_path: Path) -> None:
     writers = [uid.split("-")[0] for uid in uids]
     switches = sum(a != b for a, b in itertools.pairwise(writers))
     print(f"4 processes x 50 adds on a new runbook: {elapsed:.2f} s, the writer changed {switches} times")
+
+
+# ---------------------------------------------------------------- search, edit, remove
+
+
+def test_search_by_error_family_stem_and_symptom_class(tmp_path: Path) -> None:
+    # A TGI config error of the oom family, recorded as a startup failure: no word of it says OOM.
+    tgi = entry("tgi", cause="invalid_engine_argument", signatures=("tgi_max_total_tokens_over_kv",))
+    bound = entry("bound", signatures=("server_port_in_use",), notes="two memories of the same port")
+    with Runbook.open(tmp_path / "rb.sqlite3", create=True) as runbook:
+        runbook.add_many([tgi, bound])
+        oom = [e.uid for e in runbook.search("oom")]
+        assert "tgi" in oom and "bound" not in oom
+        assert [e.uid for e in runbook.search("out of memory")] == oom
+        assert oom[-1] == "tgi"  # a match by family alone ranks after the matches by words
+        assert [e.uid for e in runbook.search("bind memory") if not e.seed] == ["bound"]
+        assert "bound" in [e.uid for e in runbook.search("memory")]  # stems: "memories"
+        assert {e.symptom_class for e in runbook.search("startup_oom")} == {"startup_oom"}
+        assert [e.uid for e in runbook.search("invalid_engine_argument") if not e.seed] == ["tgi"]
+
+
+def test_a_schema_1_runbook_is_migrated_and_its_index_rebuilt(tmp_path: Path) -> None:
+    path = tmp_path / "rb.sqlite3"
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    for statement in MIGRATIONS[0]:
+        raw.execute(statement)
+    raw.execute("PRAGMA user_version = 1")
+    raw.execute(
+        "INSERT INTO incidents (uid, recorded_at, symptom_class, cause, notes) "
+        "VALUES ('old', '2026-01-02T03:04:05Z', 'startup_oom', 'weights_kv_exceed_memory', 'the memories of 2025')"
+    )
+    raw.close()
+    with Runbook.open(path, create=False) as runbook:
+        assert [e.uid for e in runbook.search("memory")] == ["old"]
+        assert [e.uid for e in runbook.search("oom")] == ["old"]
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    raw.close()
+    check_integrity(path)
+
+
+def test_edit_and_remove_keep_the_index_in_step(tmp_path: Path) -> None:
+    path = tmp_path / "rb.sqlite3"
+    with Runbook.open(path, create=True) as runbook:
+        stored = runbook.add(entry("e1", fix="rebooted the frobnicator", notes="night shift"))
+        assert stored.id is not None
+        edited = runbook.edit(stored.id, Edit(fix=f"unwedged the quux, token {SECRET}", outcome="worked"))
+        assert edited == runbook.get(stored.id)
+        assert edited.fix == "unwedged the quux, token <redacted:hf_token:1>" and edited.notes == "night shift"
+        assert runbook.search("frobnicator") == [] and [e.uid for e in runbook.search("quux")] == ["e1"]
+        assert runbook.edit(stored.id, Edit(notes="")).notes is None
+        with pytest.raises(UsageError, match="no runbook entry 999"):
+            runbook.edit(999, Edit(fix="x"))
+        assert runbook.remove(stored.id).uid == "e1"
+        assert runbook.entries() == [] and runbook.search("quux") == []
+        with pytest.raises(UsageError, match="no runbook entry"):
+            runbook.remove(stored.id)
+    assert SECRET.encode() not in path.read_bytes()
+    check_integrity(path)
+
+
+def test_an_edit_is_checked_as_add_checks() -> None:
+    with pytest.raises(UsageError, match="unknown cause 'gremlins'"):
+        Edit(cause="gremlins")
+    with pytest.raises(UsageError, match="an outcome starts with"):
+        Edit(outcome="maybe")
+    assert Edit(fix="x", notes="").changes == {"fix": "x", "notes": ""}

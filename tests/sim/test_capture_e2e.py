@@ -57,7 +57,7 @@ def _capture_under_load(sim: RunningSim, out: Path, payloads: list[dict[str, obj
          "slow_generation", "power_thermal_throttling"),
         ("Qwen/Qwen2.5-14B-Instruct", "L40S", "contention:memory_gib=6,share=0.3", 300, 400, 16,
          "slow_generation", "gpu_contention_other_process"),
-        ("meta-llama/Llama-3.1-8B-Instruct", "H100", "runtime-oom:running=24@3s", 500, 2000, 40,
+        ("meta-llama/Llama-3.1-8B-Instruct", "H100 SXM", "runtime-oom:running=24@3s", 500, 2000, 40,
          "runtime_oom", "concurrency_exceeds_kv_pool"),
     ],
     ids=["thermal-throttling", "another-process-on-the-gpu", "runtime-oom"],

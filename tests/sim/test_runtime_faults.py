@@ -25,7 +25,7 @@ def _scrape(sim: RunningSim) -> tuple[str, float]:
 
 
 def test_runtime_oom_past_a_concurrency_threshold(start_sim) -> None:  # type: ignore[no-untyped-def]
-    sim: RunningSim = start_sim("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--max-model-len", "8192",
+    sim: RunningSim = start_sim("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100 SXM", "--max-model-len", "8192",
                                 "--speed", "20", "--fault", "runtime-oom:running=24")  # fmt: skip
     assert sim.wait_ready()
     before = _scrape(sim)

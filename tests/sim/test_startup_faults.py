@@ -24,13 +24,13 @@ CASES = [
         "estimated maximum model length is",
     ),
     (
-        ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--fault", "other-process:memory_gib=20"),
+        ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100 SXM", "--fault", "other-process:memory_gib=20"),
         "startup_oom",
         "other_process_holds_memory",
         "on startup is less than desired GPU memory utilization",
     ),
     (
-        ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--max-model-len", "200000"),
+        ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100 SXM", "--max-model-len", "200000"),
         "startup_failure",
         "max_model_len_exceeds_model",
         "is greater than the derived max_model_len",

@@ -45,7 +45,7 @@ def fleet(
         # a small KV cache on an L4 under long requests: preemptions and a queue
         "kv": start_sim(*big, "--gpu", "L4", "--gpu-memory-utilization", "0.8"),
         # dies of a CUDA OOM once 8 requests run, 5 s (100 simulated s) in
-        "oom": start_sim(*big, "--gpu", "H100", "--fault", "runtime-oom:running=8@100s"),
+        "oom": start_sim(*big, "--gpu", "H100 SXM", "--fault", "runtime-oom:running=8@100s"),
     }
     for sim in sims.values():
         assert sim.wait_ready()

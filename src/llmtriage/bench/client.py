@@ -1,7 +1,7 @@
 """Send one streaming request over aiohttp and time it with ``time.perf_counter``.
 
 Whatever happens (refused connection, HTTP error, a body that isn't an event stream, malformed events, a
-stream cut short, a timeout, Ctrl-C) becomes a :class:`RequestRecord` with an error kind: never an exception.
+stream cut short, a timeout, a stop) becomes a :class:`RequestRecord` with an error kind: never an exception.
 
 Error kinds: ``connect``, ``http`` (with the status), ``not_sse``, ``malformed_sse``, ``stream_error``,
 ``closed_mid_stream``, ``no_tokens``, ``timeout``, ``client`` (anything else aiohttp reports), and
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from time import perf_counter
 from types import SimpleNamespace
 
@@ -26,6 +27,13 @@ _MESSAGE_CHARS = 200
 
 def _short(text: str) -> str:
     return clip(" ".join(text.split()), _MESSAGE_CHARS)
+
+
+def connect_reason(error: aiohttp.ClientConnectorError) -> str:
+    """Why a connection failed, as the OS names it ("Connection refused"), rather than asyncio's
+    "[Errno 111] Connect call failed ('127.0.0.1', 9)"; names without an errno (DNS) as they come."""
+    number = error.os_error.errno
+    return os.strerror(number) if number and number > 0 else _short(str(error.os_error) or str(error))
 
 
 def error_message(body: bytes) -> str:
@@ -95,9 +103,9 @@ async def send(
     try:
         kind, message, end = await _exchange(session, url, planned, headers, timing)
     except asyncio.CancelledError:
-        kind, message, end = INTERRUPTED, "cut short by Ctrl-C", perf_counter()
+        kind, message, end = INTERRUPTED, "cut short: the run was stopped", perf_counter()
     except aiohttp.ClientConnectorError as e:
-        kind, message, end = "connect", _short(str(e.os_error) or str(e)), perf_counter()
+        kind, message, end = "connect", connect_reason(e), perf_counter()
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as e:
         kind, message, end = "closed_mid_stream", _short(f"{type(e).__name__}: {e}"), perf_counter()
     except TimeoutError:

@@ -176,7 +176,7 @@ ONE_PIECE_MIN_EVENTS = 4
 """Fewer token events than this can share a read by chance; more, all at once, means the stream was held."""
 
 INTERRUPTED = "interrupted"
-"""The ``error_kind`` of a request cut short by Ctrl-C: not the server's fault, kept apart from errors."""
+"""The ``error_kind`` of a request cut short by Ctrl-C or SIGTERM: not the server's fault, kept apart from errors."""
 
 
 @dataclass(frozen=True, slots=True)

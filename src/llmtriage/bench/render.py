@@ -12,7 +12,7 @@ from rich.text import Text
 from llmtriage.bench.compare import Comparison
 from llmtriage.bench.explain import DEFINITIONS
 from llmtriage.bench.result import BenchResult
-from llmtriage.bench.server_metrics import ServerLatency
+from llmtriage.bench.server_metrics import PEAK_MIN_SCRAPES, ServerLatency
 from llmtriage.bench.summary import Stats
 
 _VERDICT_STYLE = {"better": "green", "worse": "bold red", "changed": "yellow"}
@@ -129,10 +129,17 @@ def _server_line(result: BenchResult) -> Text:
     text = Text(f"server ({server.metrics_url}, {server.scrapes} scrapes): ", style="cyan")
     text.append(
         f"finished {_n(server.requests_finished, 0)} requests, {_n(server.generation_tokens, 0)} output tokens, "
-        f"preemptions {_n(server.preemptions, 0)}, KV usage peak "
-        + ("–" if server.kv_usage_peak_ratio is None else f"{server.kv_usage_peak_ratio:.0%}")
-        + f", waiting peak {_n(server.waiting_peak, 0)}, running peak {_n(server.running_peak, 0)}"
+        f"preemptions {_n(server.preemptions, 0)}, "
     )
+    if 0 < server.peak_scrapes < PEAK_MIN_SCRAPES:
+        scrapes = f"{server.peak_scrapes} scrape" + ("s" if server.peak_scrapes > 1 else "")
+        text.append(f"KV usage, waiting and running peaks n/a ({scrapes})")  # why: in the problems below
+    else:
+        text.append(
+            "KV usage peak "
+            + ("–" if server.kv_usage_peak_ratio is None else f"{server.kv_usage_peak_ratio:.0%}")
+            + f", waiting peak {_n(server.waiting_peak, 0)}, running peak {_n(server.running_peak, 0)}"
+        )
     for problem in server.problems:
         text.append(f"\n  {problem}", style="dim")
     return text

@@ -7,7 +7,10 @@ microseconds), so a run can split its load over ``workers`` processes that share
 and CPU time, so a saturated client shows in the result instead of hiding in the numbers.
 
 The parent lists the model, scrapes /metrics before, during and after, reports progress, and on ``stop``
-(Ctrl-C) asks every worker to cut its requests short and return what it has.
+(Ctrl-C, SIGTERM) asks every worker to cut its requests short and return what it has.
+
+``duration_s`` is a deadline, not only the end of sending: requests still open when it passes get as long as the
+slowest completed request took, then end as timeouts, so a stalled server can't hold the run for ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -208,6 +211,8 @@ class _Load:
         self.stopping = False
         end = None if config.duration_s is None else config.warmup_s + config.duration_s
         self.deadline = None if end is None else origin + end
+        self.slowest_ok_s = 0.0
+        self.out_of_time: str | None = None  # once the deadline's grace ran out: why requests cut short timed out
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
@@ -220,8 +225,11 @@ class _Load:
     async def _send(self, session: aiohttp.ClientSession, planned: PlannedRequest, scheduled: float) -> None:
         self.counts.sent += 1
         record = await send(session, self.url, planned, self.headers, self.origin, scheduled)
+        if record.error_kind == INTERRUPTED and self.out_of_time is not None:
+            record = replace(record, error_kind="timeout", error=self.out_of_time)
         self.records.append(record)
         if record.ok:
+            self.slowest_ok_s = max(self.slowest_ok_s, (record.e2e_ms or 0.0) / 1000.0)
             self.counts.done += 1
             self.counts.output_tokens += record.output_tokens
         elif record.error_kind != INTERRUPTED:
@@ -277,8 +285,26 @@ class _Load:
         while self.tasks:
             await asyncio.wait(set(self.tasks))
 
+    async def overrun(self) -> None:
+        """Return when requests still open at the deadline have had as long as the slowest completed one took.
+
+        A healthy server finishes what it was sent; a stalled one (nothing completed: no grace) is cut at the
+        deadline. Those cut then become timeouts, not interruptions: the server did not answer in time.
+        """
+        assert self.deadline is not None
+        await aio.sleep_until(self.deadline)
+        grace_s = self.slowest_ok_s
+        await aio.sleep_until(self.deadline + grace_s)
+        duration = f"{self.config.duration_s:g} s"
+        self.out_of_time = (
+            f"still open {grace_s:.1f} s (the slowest completed request's time) after the end of --duration ({duration})"
+            if grace_s
+            else f"no answer by the end of --duration ({duration})"
+        )
+
     async def cut_short(self, load: asyncio.Task[None]) -> None:
-        """Stop sending and cancel what is in flight (each becomes an ``interrupted`` record)."""
+        """Stop sending and cancel what is in flight (each becomes an ``interrupted`` record, or a ``timeout``
+        one past the deadline)."""
         self.stopping = True
         load.cancel()
         for task in list(self.tasks):
@@ -307,13 +333,15 @@ async def drive(
         await aio.sleep_until(origin)
         watcher = asyncio.create_task(_watch_lag(lag))
         task = asyncio.create_task(load.closed(session) if config.closed_loop else load.open(session))
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        sides = {watcher, asyncio.create_task(stop.wait())}
+        if load.deadline is not None:
+            sides.add(asyncio.create_task(load.overrun()))
+        await asyncio.wait({task, *sides}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
             await load.cut_short(task)
-        for side in (watcher, stopper):
+        for side in sides:
             side.cancel()
-        await asyncio.wait({watcher, stopper})
+        await asyncio.wait(sides)
     return WorkerReport(
         worker=worker,
         records=tuple(load.records),
@@ -327,8 +355,10 @@ async def drive(
 
 
 def _worker_process(conn: Connection, config: BenchConfig, worker: int, workers: int) -> None:
-    """A worker process: Ctrl-C goes to the parent only, which tells the workers to stop."""
+    """A worker process. Ctrl-C, and SIGTERM from ``timeout`` or CI, reach the whole process group: the parent
+    alone acts on them, telling each worker to stop and return what it has."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     aio.run(_worker_main(conn, config, worker, workers))
 
 
@@ -450,7 +480,7 @@ async def _run_workers(
         for link in links:
             await asyncio.to_thread(link.process.join, WORKER_STOP_TIMEOUT_S)
             if link.process.is_alive():
-                link.process.terminate()
+                link.process.kill()  # SIGTERM is ignored in a worker
 
 
 def _lost(worker: int, why: str) -> WorkerReport:

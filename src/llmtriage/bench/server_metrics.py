@@ -3,7 +3,8 @@
 Histogram figures come from bucket deltas between the first and last scrape (``parse.prom.window``), so
 they cover exactly the requests the server finished in between; their percentiles are interpolated inside
 buckets (Prometheus' ``histogram_quantile``), their means are exact. Gauges (KV cache, queue) are peaks over
-the scrapes: with only a before and an after scrape they miss the peak, hence ``--scrape-interval``.
+the scrapes: with only a before and an after scrape they miss the peak (both are usually idle, and a "running
+peak 0" would be false), so peaks need ``PEAK_MIN_SCRAPES``, at least one inside the run: ``--scrape-interval``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from llmtriage.bench.model import RawScrape
 from llmtriage.facts import Histogram, MetricSnapshot
 from llmtriage.parse import prom
 from llmtriage.urls import public_url
+
+PEAK_MIN_SCRAPES = 3
+"""Readable scrapes a peak needs: the one before and the one after the run, and at least one during it."""
+PEAK_GAUGES = ("kv_usage_ratio", "waiting", "running")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,8 @@ class ServerFigures:
     kv_usage_peak_ratio: float | None
     waiting_peak: float | None
     running_peak: float | None
+    peak_scrapes: int
+    """The readable scrapes carrying the peaks' gauges; below ``PEAK_MIN_SCRAPES`` the peaks are None."""
     problems: tuple[str, ...]
 
 
@@ -70,7 +77,7 @@ def _latency(hist: Histogram | None) -> ServerLatency | None:
 
 def _peak(snapshots: list[MetricSnapshot], name: str) -> float | None:
     values = [s.gauges[name] for s in snapshots if name in s.gauges]
-    return max(values) if values else None
+    return max(values) if len(values) >= PEAK_MIN_SCRAPES else None
 
 
 def server_figures(metrics_url: str, scrapes: tuple[RawScrape, ...]) -> ServerFigures:
@@ -89,6 +96,12 @@ def server_figures(metrics_url: str, scrapes: tuple[RawScrape, ...]) -> ServerFi
     span = prom.window(snapshots)
     if span is None and scrapes:
         problems.append("fewer than two readable scrapes: no figures for the run's window")
+    peak_scrapes = sum(1 for s in snapshots if any(name in s.gauges for name in PEAK_GAUGES))
+    if 0 < peak_scrapes < PEAK_MIN_SCRAPES:
+        problems.append(
+            f"KV usage, waiting and running peaks from {peak_scrapes} scrape(s) would miss the run's peak: "
+            "not given; add --scrape-interval to read them during the run"
+        )
     return ServerFigures(
         metrics_url=metrics_url,
         scrapes=len(snapshots),
@@ -106,5 +119,6 @@ def server_figures(metrics_url: str, scrapes: tuple[RawScrape, ...]) -> ServerFi
         kv_usage_peak_ratio=_peak(snapshots, "kv_usage_ratio"),
         waiting_peak=_peak(snapshots, "waiting"),
         running_peak=_peak(snapshots, "running"),
+        peak_scrapes=peak_scrapes,
         problems=tuple(problems),
     )

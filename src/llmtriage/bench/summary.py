@@ -1,7 +1,7 @@
 """Records -> the figures of a run: latency distributions, throughput, rates, goodput, errors by kind, and
 the warnings that say which numbers can't be trusted and why.
 
-Only measured requests count (warmup requests don't; requests cut short by Ctrl-C are counted apart).
+Only measured requests count (warmup requests don't; requests cut short by Ctrl-C or SIGTERM are counted apart).
 Percentiles interpolate linearly between the closest ranks (numpy's default, as ``vllm bench serve``).
 """
 
@@ -271,7 +271,8 @@ def _warnings(s: Summary, outcome: RunOutcome, done: list[RequestRecord]) -> Ite
     config = outcome.config
     if outcome.interrupted:
         yield BenchWarning(
-            "interrupted", f"the run was stopped by Ctrl-C: {s.interrupted} request(s) cut short; figures are partial"
+            "interrupted",
+            f"the run was stopped (Ctrl-C or SIGTERM): {s.interrupted} request(s) cut short; figures are partial",
         )
     lag_p99, busiest = s.client.loop_lag_ms.p99, max(s.client.cpu_busy_ratio, default=0.0)
     if busiest > CPU_BUSY_WARN_RATIO:

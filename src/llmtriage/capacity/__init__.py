@@ -8,7 +8,8 @@ memory-bandwidth ceiling of decoding. Nothing here prints.
 
 from llmtriage.capacity.fit import FitRequest, FitResult, LaunchSettings, fit, suggest
 from llmtriage.capacity.gpu import GpuSpec, resolve_gpu
-from llmtriage.capacity.model import ModelSpec, resolve_model
+from llmtriage.capacity.model import ModelSpec
+from llmtriage.capacity.resolve import resolve_model
 from llmtriage.capacity.roofline import Roofline, decode_roofline
 from llmtriage.capacity.version import EngineVersion, parse_version
 

@@ -10,7 +10,8 @@ import yaml
 
 from llmtriage.capacity.fit import FitRequest, LaunchSettings
 from llmtriage.capacity.gpu import GpuSpec, find_gpu, resolve_gpu
-from llmtriage.capacity.model import ModelSpec, from_catalog, spec_from_config
+from llmtriage.capacity.model import ModelSpec, spec_from_config
+from llmtriage.capacity.resolve import from_catalog
 from llmtriage.capacity.version import parse_version
 
 # A GPU nobody named: only the figures that follow from --available-kv-gib are compared for it.

@@ -17,8 +17,9 @@ from typing import Any
 from llmtriage import catalog
 from llmtriage.capacity.gpu import GpuSpec, catalog_specs
 from llmtriage.capacity.model import ModelSpec
+from llmtriage.capacity.quantization import requested, scheme
 from llmtriage.capacity.version import EngineVersion
-from llmtriage.capacity.weights import dtype_bytes, quant_bytes, weights_bytes
+from llmtriage.capacity.weights import dtype_bytes, weight_quantization, weights_bytes
 from llmtriage.errors import UsageError
 
 GIB = 2**30
@@ -63,7 +64,8 @@ class LaunchSettings:
             raise UsageError(
                 f"--kv-cache-dtype {self.kv_cache_dtype!r}: unknown", f"one of {', '.join(KV_DTYPE_BYTES)}"
             )
-        quant_bytes(self.quantization)
+        if requested(self.quantization):
+            scheme(str(self.quantization), "--quantization")
         dtype_bytes(self.dtype)
 
 
@@ -143,6 +145,9 @@ class FitResult:
     max_model_len_that_fits: int
     max_num_batched_tokens: int
     max_num_seqs: int
+    quantization: str | None = None
+    weights_source: str = "architecture"
+    model_note: str = ""
     warnings: tuple[str, ...] = ()
     suggestions: tuple[str, ...] = ()
 
@@ -176,6 +181,9 @@ class FitResult:
             "max_model_len_that_fits": self.max_model_len_that_fits,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "max_num_seqs": self.max_num_seqs,
+            "quantization": self.quantization,
+            "weights_source": self.weights_source,
+            "model_note": self.model_note,
             "warnings": list(self.warnings),
             "suggestions": list(self.suggestions),
         }
@@ -373,6 +381,8 @@ def fit(request: FitRequest) -> FitResult:
 
     error, detail = _verdict(request, budget_parts, max_model_len, needed, available_bytes, kv_tokens, fits_len)
     warnings = _warnings(request, budget_parts)
+    quant = weight_quantization(model, launch.quantization)
+    exact = model.weights_bytes is not None and quant is model.quant
     return FitResult(
         starts=error is None,
         error=error,
@@ -400,6 +410,9 @@ def fit(request: FitRequest) -> FitResult:
         max_model_len_that_fits=fits_len,
         max_num_batched_tokens=batched,
         max_num_seqs=seqs,
+        quantization=quant.label if quant is not None else None,
+        weights_source="safetensors headers" if exact else "architecture",
+        model_note=model.note,
         warnings=warnings,
     )
 

@@ -1,12 +1,12 @@
-"""Model architectures: from a local config.json or model directory, the catalog, or the Hugging Face Hub.
+"""Model architectures from config.json fields, and a checkpoint's exact weight bytes from its safetensors headers.
 
 A model directory with ``*.safetensors`` gives the exact weight bytes from the files' headers (the 8-byte
-header length, then a JSON table of tensors and their byte ranges); nothing is loaded.
+header length, then a JSON table of tensors and their byte ranges); nothing is loaded. Where a name leads to
+a config is ``llmtriage.capacity.resolve``'s business.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import struct
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from llmtriage import catalog
+from llmtriage.capacity import quantization
+from llmtriage.capacity.quantization import QuantScheme
 from llmtriage.errors import UsageError
 from llmtriage.parse.model_config import language_model_fields
 
@@ -58,14 +60,31 @@ class ModelSpec:
     shared_experts: int = 0
     first_dense_layers: int = 0
     moe_layer_step: int = 1
-    quantization: str | None = None
+    quant: QuantScheme | None = None
     weights_bytes: int | None = None
     source: str = ""
+    note: str = ""
 
     @property
     def is_mla(self) -> bool:
         """Multi-head latent attention (DeepSeek V2/V3): one compressed latent per token and layer."""
         return self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+
+    @property
+    def shape(self) -> tuple[int | None, ...]:
+        """The sizes memory depends on: two checkpoints with the same shape are priced alike."""
+        return (
+            self.num_layers,
+            self.hidden_size,
+            self.num_attention_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.intermediate_size,
+            self.num_experts,
+            self.moe_intermediate_size,
+            self.kv_lora_rank,
+            self.vocab_size,
+        )
 
     @property
     def is_moe(self) -> bool:
@@ -132,11 +151,13 @@ def _layer_kinds(data: Mapping[str, Any], layers: int, source: str) -> tuple[int
     return layers, 0
 
 
-def _quant_method(data: Mapping[str, Any]) -> str | None:
-    quant = data.get("quantization_config")
-    if isinstance(quant, Mapping) and quant.get("quant_method"):
-        return str(quant["quant_method"]).lower()
-    return None
+def _tied(core: Mapping[str, Any], data: Mapping[str, Any], architecture: str | None) -> bool:
+    """Whether lm_head shares the embedding matrix: the config's word, else its architecture's default."""
+    for fields in (core, data):
+        if isinstance(fields.get("tie_word_embeddings"), bool):
+            return bool(fields["tie_word_embeddings"])
+    defaults = catalog.capacity_facts().tied_embeddings_by_default
+    return bool(architecture) and str(architecture).startswith(defaults)
 
 
 def spec_from_config(
@@ -145,8 +166,12 @@ def spec_from_config(
     source: str,
     *,
     weights_bytes: int | None = None,
+    note: str = "",
 ) -> ModelSpec:
-    """A ModelSpec from config.json fields; multimodal configs are read through their ``text_config``."""
+    """A ModelSpec from config.json fields; multimodal configs are read through their ``text_config``.
+
+    The quantization is the checkpoint's own ``quantization_config`` (at the top or in the text config).
+    """
     core = language_model_fields(data)
     layers = _int(core, source, "num_hidden_layers", "n_layer", "num_layers", positive=True, limit=_MAX_LAYERS)
     hidden = _int(core, source, "hidden_size", "n_embd", "d_model", positive=True)
@@ -185,7 +210,7 @@ def spec_from_config(
             "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", positive=True
         ),
         torch_dtype=str(core.get("torch_dtype") or core.get("dtype") or "").split(" ")[0] or None,
-        tie_word_embeddings=bool(core.get("tie_word_embeddings", False)),
+        tie_word_embeddings=_tied(core, data, architecture),
         sliding_window=int_field("sliding_window") if sliding else None,
         sliding_layers=sliding,
         attention_chunk_size=int_field("attention_chunk_size") if chunked else None,
@@ -203,9 +228,10 @@ def spec_from_config(
         shared_experts=int_field("n_shared_experts") or (1 if core.get("shared_expert") else 0),
         first_dense_layers=int_field("first_k_dense_replace") or 0,
         moe_layer_step=int_field("interleave_moe_layer_step", "decoder_sparse_step") or 1,
-        quantization=_quant_method(core),
+        quant=quantization.from_config(data.get("quantization_config") or core.get("quantization_config")),
         weights_bytes=weights_bytes,
         source=source,
+        note=note,
     )
 
 
@@ -266,7 +292,8 @@ def _safetensors_file_bytes(path: Path) -> int:
     return total
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def read_config(path: Path) -> dict[str, Any]:
+    """The JSON object in the config file ``path``; anything else is a usage error saying what it is."""
     if not path.is_file():
         raise UsageError(f"{path}: not a regular file", "give the model's config.json")
     try:
@@ -287,52 +314,3 @@ def _read_config(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"{path}: not a JSON object", "give the model's config.json")
     return data
-
-
-def from_catalog(model_id: str) -> ModelSpec | None:
-    """The catalog model ``model_id`` (case-insensitive), else None."""
-    models = catalog.models()
-    entry = models.get(model_id) or next((m for k, m in models.items() if k.lower() == model_id.lower()), None)
-    if entry is None:
-        return None
-    return spec_from_config(entry.config, entry.id, entry.source)
-
-
-def _from_hub(model_id: str) -> ModelSpec:
-    try:
-        from huggingface_hub import hf_hub_download  # type: ignore[import-not-found]
-    except ImportError as e:
-        raise UsageError(
-            f"--model {model_id!r}: not in the catalog, and huggingface_hub is not installed to fetch it",
-            "pip install huggingface_hub, or give a local config.json or model directory",
-        ) from e
-    try:
-        path = Path(hf_hub_download(model_id, "config.json"))
-    except Exception as e:  # the hub raises many kinds: offline, gated, not found
-        raise UsageError(f"--model {model_id!r}: could not fetch its config.json ({type(e).__name__})") from e
-    return spec_from_config(_read_config(path), model_id, f"https://huggingface.co/{model_id}")
-
-
-def resolve_model(name: str, *, online: bool = False) -> ModelSpec:
-    """A model from a config.json, a model directory, a catalog id, or (``online``) the Hugging Face Hub."""
-    path = Path(name)
-    if path.is_dir():
-        config = path / "config.json"
-        if not config.is_file():
-            raise UsageError(f"--model {name}: the directory has no config.json")
-        return spec_from_config(_read_config(config), path.name, str(config), weights_bytes=safetensors_bytes(path))
-    if path.is_file():
-        return spec_from_config(_read_config(path), path.parent.name or path.name, str(path))
-    found = from_catalog(name)
-    if found is not None:
-        return found
-    if online and "/" in name:
-        return _from_hub(name)
-    close = difflib.get_close_matches(name, list(catalog.models()), n=3, cutoff=0.5)
-    if not close:
-        lowered = name.lower().split("/")[-1]
-        close = [m for m in catalog.models() if lowered and lowered in m.lower()][:3]
-    hint = f"did you mean {', '.join(close)}?" if close else "give a local config.json or model directory"
-    if not online:
-        hint += " (or --online to read its config.json from the Hugging Face Hub)"
-    raise UsageError(f"--model {name!r}: no such file, directory or catalog model", hint)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmtriage import catalog
 from llmtriage.capacity.model import ModelSpec
+from llmtriage.capacity.quantization import QuantScheme, requested, scheme
 from llmtriage.errors import UsageError
 
 DTYPE_BYTES = {
@@ -19,8 +19,6 @@ DTYPE_BYTES = {
     "float": 4,
     "fp32": 4,
 }
-# Quantizations that touch only the MoE experts (the attention and dense layers stay 16-bit).
-_EXPERTS_ONLY = frozenset({"mxfp4"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,30 +76,45 @@ def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[name]
 
 
-def quant_bytes(quantization: str | None) -> float | None:
-    """Bytes per quantized weight, None for no quantization; an unknown method is a usage error."""
-    if not quantization:
-        return None
-    table = catalog.capacity_facts().quantization_bytes_per_param
-    method = quantization.lower()
-    if method not in table:
-        raise UsageError(f"--quantization {quantization!r}: unknown", f"one of {', '.join(sorted(table))}")
-    return table[method]
+def weight_quantization(model: ModelSpec, quantization: str | None) -> QuantScheme | None:
+    """The quantization the weights load in: ``--quantization`` if given, else the checkpoint's own.
+
+    vLLM's kernel variants of a checkpoint's method (``awq_marlin`` for ``awq``) keep the checkpoint's bits.
+    """
+    method = requested(quantization)
+    if method is None:
+        return model.quant
+    own = model.quant
+    if own is not None and (own.method in method or method in own.method):
+        return own
+    return scheme(method, "--quantization")
+
+
+def _expert_padding(model: ModelSpec, quant: QuantScheme) -> float:
+    """How many times the experts' weights vLLM allocates, padding their sizes to the kernel's multiples."""
+    if quant.pad_experts is None or not model.moe_intermediate_size:
+        return 1.0
+    inter, hidden = model.moe_intermediate_size, model.hidden_size
+    pad_inter, pad_hidden = quant.pad_experts
+    padded = -(-inter // pad_inter) * pad_inter * (-(-hidden // pad_hidden) * pad_hidden)
+    return padded / (inter * hidden)
 
 
 def weights_bytes(model: ModelSpec, quantization: str | None, dtype: str) -> int:
-    """All the weights' bytes: the checkpoint's when read from safetensors headers, else from the architecture."""
-    if model.weights_bytes is not None:
-        return model.weights_bytes
+    """All the weights' bytes as vLLM allocates them: the checkpoint's safetensors bytes when read (plus any padding
+    the quantization's kernels add), else from the architecture."""
+    quant = weight_quantization(model, quantization)
     counts = param_counts(model)
     wbytes = dtype_bytes(dtype)
-    method = (quantization or model.quantization or "").lower() or None
-    qbytes = quant_bytes(method) if method else None
-    if qbytes is None:
+    per_weight = quant.bytes_per_weight if quant is not None else float(wbytes)
+    padding = counts.experts * per_weight * (_expert_padding(model, quant) - 1) if quant is not None else 0.0
+    if model.weights_bytes is not None and quant is model.quant:
+        return int(model.weights_bytes + padding)
+    if quant is None:
         return counts.total * wbytes
-    if method in _EXPERTS_ONLY:
-        return int(counts.experts * qbytes + (counts.total - counts.experts) * wbytes)
-    return int(counts.embedding * wbytes + (counts.total - counts.embedding) * qbytes)
+    if quant.experts_only:
+        return int(counts.experts * per_weight + padding + (counts.total - counts.experts) * wbytes)
+    return int(counts.embedding * wbytes + (counts.total - counts.embedding) * per_weight)
 
 
 def active_params(model: ModelSpec, batch: int = 1) -> float:

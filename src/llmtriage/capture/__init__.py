@@ -1,7 +1,8 @@
 """``llmtriage capture``: keep the scene before anyone restarts.
 
 Collects a server's logs, launch arguments and environment, /metrics time series, GPU samples and processes,
-kernel messages and the model's config.json into one redacted bundle (the layout ``evidence.bundle`` reads),
+kernel messages, the model's config.json and the software stack (driver, CUDA, torch, engine) into one redacted
+bundle (the layout ``evidence.bundle`` reads),
 with a manifest of every source tried. Read-only on the server; safe to interrupt at any moment.
 """
 

@@ -81,6 +81,8 @@ class Scene:
     launch_argv: list[str] | None = None
     log_text: str | None = None
     locator: ModelLocator | None = None
+    container_image: str | None = None
+    container_image_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,8 @@ class GpuMode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CapturePlan:
-    """One capture. ``duration_s`` 0 takes a single sample of each series."""
+    """One capture. ``duration_s`` 0 takes a single sample of each series. ``python`` is the server's Python
+    interpreter when it cannot be found from ``/proc/PID`` (a container, a log file): the stack is read with it."""
 
     out_dir: Path
     target: Target | None = None
@@ -67,6 +68,7 @@ class CapturePlan:
     label: str | None = None
     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
     log_tail_lines: int = DEFAULT_LOG_TAIL_LINES
+    python: Path | None = None
 
     def __post_init__(self) -> None:
         if self.duration_s < 0:

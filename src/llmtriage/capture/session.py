@@ -192,6 +192,7 @@ def _describe(plan: CapturePlan) -> dict[str, Any]:
         "interval_s": plan.interval_s,
         "max_total_bytes": plan.max_total_bytes,
         "log_tail_lines": plan.log_tail_lines,
+        "python": str(plan.python) if plan.python is not None else None,
     }
 
 

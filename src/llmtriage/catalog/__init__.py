@@ -16,7 +16,7 @@ from urllib.parse import quote_plus
 import yaml
 
 ROLES = frozenset({"error", "wrapper", "context", "marker", "fact", "stats", "access", "frame"})
-FACT_TARGETS = frozenset({"memory", "launch", "meta", "bench", "offload"})
+FACT_TARGETS = frozenset({"memory", "launch", "meta", "bench", "offload", "stack"})
 # The per-engine signature files under catalog/signatures/, read after the common signatures.yaml.
 SIGNATURE_GROUPS = ("vllm", "sglang", "tgi", "llama_cpp", "ollama", "trtllm", "lmdeploy", "stack", "hf")
 # Error families (signatures.yaml explains each). Fatal ones stop a server; serving ones are printed only by a server
@@ -273,11 +273,13 @@ def tree() -> Tree:
 
 @dataclass(frozen=True, slots=True)
 class EngineInfo:
-    """An inference engine: its name and the repository whose issues to search."""
+    """An inference engine: its name, the repository whose issues to search, and the Python distributions that
+    install it (normalized names)."""
 
     id: str
     name: str
     issues_repo: str
+    distributions: tuple[str, ...] = ()
 
     def issue_search_url(self, query: str) -> str:
         """The engine's issue tracker searched for ``query``."""
@@ -289,7 +291,12 @@ def engines() -> dict[str, EngineInfo]:
     """The engines of catalog/engines.yaml by id."""
     data = load_yaml("engines.yaml")
     return {
-        engine_id: EngineInfo(id=engine_id, name=raw["name"], issues_repo=raw["issues"])
+        engine_id: EngineInfo(
+            id=engine_id,
+            name=raw["name"],
+            issues_repo=raw["issues"],
+            distributions=tuple(str(d) for d in raw.get("distributions", ())),
+        )
         for engine_id, raw in data["engines"].items()
     }
 
@@ -570,7 +577,11 @@ def thresholds() -> Thresholds:
 
 @dataclass(frozen=True, slots=True)
 class GpuInfo:
-    """A GPU of catalog/gpus.yaml, with the total memory torch reports on it when capacity.yaml knows it."""
+    """A GPU of catalog/gpus.yaml, with the total memory torch reports on it when capacity.yaml knows it.
+
+    ``compute_capability`` is CUDA's "major.minor" (an AMD part's gfx target); ``source`` and ``cc_source`` say
+    where the figures and the compute capability come from, ``note`` what could not be checked.
+    """
 
     name: str
     aliases: tuple[str, ...]
@@ -579,6 +590,10 @@ class GpuInfo:
     bf16_tflops: float
     tdp_w: float | None
     total_gib: float | None
+    compute_capability: str = ""
+    source: str = ""
+    cc_source: str = ""
+    note: str = ""
 
 
 @cache
@@ -597,8 +612,16 @@ def gpus() -> tuple[GpuInfo, ...]:
                 bf16_tflops=float(raw["bf16_tflops"]),
                 tdp_w=float(raw["tdp_w"]) if raw.get("tdp_w") is not None else None,
                 total_gib=totals.get(name),
+                compute_capability=str(raw.get("compute_capability") or ""),
+                source=str(raw.get("source") or ""),
+                cc_source=str(raw.get("cc_source") or ""),
+                note=str(raw.get("note") or ""),
             )
         )
+    names = [n for info in result for n in (info.name, *info.aliases)]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise CatalogError(f"gpus.yaml: a name or alias is used twice: {twice}")
     return tuple(result)
 
 
@@ -631,6 +654,17 @@ def models() -> dict[str, CatalogModel]:
 
 
 @dataclass(frozen=True, slots=True)
+class QuantDefaults:
+    """How a quantization method stores a weight unless the checkpoint says otherwise (capacity.yaml)."""
+
+    bits: float
+    group_size: int | None
+    scale_bytes: float
+    experts_only: bool
+    pad_experts: tuple[int, int] | None  # the multiples vLLM pads experts' (intermediate, hidden) sizes to
+
+
+@dataclass(frozen=True, slots=True)
 class VllmAccounting:
     """How vLLM sizes its memory, and the versions where that changed (catalog/capacity.yaml ``vllm``)."""
 
@@ -650,7 +684,8 @@ class CapacityFacts:
     vllm: VllmAccounting
     gpu_total_gib: dict[str, float]
     gpu_total_default_ratio: float
-    quantization_bytes_per_param: dict[str, float]
+    quantization: dict[str, QuantDefaults]
+    tied_embeddings_by_default: tuple[str, ...]
     roofline_near_ratio: float
     roofline_far_ratio: float
 
@@ -673,7 +708,98 @@ def capacity_facts() -> CapacityFacts:
         vllm=vllm,
         gpu_total_gib={str(k): float(x) for k, x in data["gpu_total_gib"].items()},
         gpu_total_default_ratio=float(data["gpu_total_default_ratio"]),
-        quantization_bytes_per_param={str(k): float(x) for k, x in data["quantization_bytes_per_param"].items()},
+        quantization={
+            str(k): QuantDefaults(
+                bits=float(x["bits"]),
+                group_size=int(x["group_size"]) if x.get("group_size") else None,
+                scale_bytes=float(x.get("scale_bytes", 0)),
+                experts_only=bool(x.get("experts_only", False)),
+                pad_experts=(int(x["pad_experts"]["intermediate"]), int(x["pad_experts"]["hidden"]))
+                if x.get("pad_experts")
+                else None,
+            )
+            for k, x in data["quantization"].items()
+        },
+        tied_embeddings_by_default=tuple(str(a) for a in data["tied_embeddings_by_default"]),
         roofline_near_ratio=float(data["rules"]["roofline_near_ratio"]),
         roofline_far_ratio=float(data["rules"]["roofline_far_ratio"]),
+    )
+
+
+# ---------------------------------------------------------------- the software stack (cuda_drivers.yaml)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``"550.54.14"`` -> ``(550, 54, 14)``; the leading dotted digits only (``"12.4.131"``, ``"2.5.1+cu124"``)."""
+    m = re.match(r"\d+(?:\.\d+)*", text.strip())
+    return tuple(int(part) for part in m.group(0).split(".")) if m else ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolkitDriver:
+    """A row of NVIDIA's Table 3: a CUDA toolkit release and the Linux driver it ships with."""
+
+    toolkit: str
+    cuda: str
+    linux_driver: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFeature:
+    """A data type or kernel family and the compute capabilities that have it (``max_cc`` empty: no upper bound)."""
+
+    id: str
+    title: str
+    min_cc: str
+    max_cc: str
+    source: str
+
+    def supported(self, cc: str) -> bool:
+        """True when compute capability ``cc`` (``"8.6"``) has this feature."""
+        have = version_tuple(cc)
+        return have >= version_tuple(self.min_cc) and (not self.max_cc or have <= version_tuple(self.max_cc))
+
+
+@dataclass(frozen=True, slots=True)
+class CudaStack:
+    """What a CUDA runtime needs of the driver and what a compute capability gives (catalog/cuda_drivers.yaml)."""
+
+    source: str
+    minor_version_min_driver: dict[int, str]
+    minor_version_notes: dict[int, str]
+    toolkit_drivers: tuple[ToolkitDriver, ...]
+    kernel_libraries: tuple[str, ...]
+    features: dict[str, GpuFeature]
+
+    def toolkit_driver(self, cuda: str) -> ToolkitDriver | None:
+        """The GA row of CUDA ``major.minor`` (the lowest driver among that minor's releases), if the table has it."""
+        want = version_tuple(cuda)[:2]
+        rows = [r for r in self.toolkit_drivers if version_tuple(r.cuda)[:2] == want]
+        # The table lists updates before their GA: reversed, a tie (12.1 GA and Update 1) names the GA.
+        return min(reversed(rows), key=lambda r: version_tuple(r.linux_driver)) if rows else None
+
+
+@cache
+def cuda_stack() -> CudaStack:
+    """The driver tables and GPU features of catalog/cuda_drivers.yaml."""
+    data = load_yaml("cuda_drivers.yaml")
+    return CudaStack(
+        source=str(data["source"]),
+        minor_version_min_driver={int(r["major"]): str(r["min_driver"]) for r in data["minor_version_compatibility"]},
+        minor_version_notes={int(r["major"]): str(r["note"]) for r in data["minor_version_compatibility"]},
+        toolkit_drivers=tuple(
+            ToolkitDriver(toolkit=str(r["toolkit"]), cuda=str(r["cuda"]), linux_driver=str(r["linux"]))
+            for r in data["toolkit_drivers"]
+        ),
+        kernel_libraries=tuple(str(name) for name in data["kernel_libraries"]),
+        features={
+            str(r["id"]): GpuFeature(
+                id=str(r["id"]),
+                title=str(r["title"]),
+                min_cc=str(r["min_cc"]),
+                max_cc=str(r.get("max_cc") or ""),
+                source=str(r["source"]),
+            )
+            for r in data["features"]
+        },
     )

@@ -22,7 +22,7 @@ from llmtriage.bench import compare as compare_mod
 from llmtriage.bench import plan, render, result, runner
 from llmtriage.bench.model import Arrival, BenchConfig, Endpoint, PromptLine, RequestClass, RunOutcome
 from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
-from llmtriage.errors import ExitCode, UsageError
+from llmtriage.errors import ExitCode, UnavailableError, UsageError
 from llmtriage.slo import parse_duration, parse_slo
 from llmtriage.urls import check_url, public_url
 
@@ -33,7 +33,7 @@ bench_app = typer.Typer(
         "the server's own figures beside the client's, and warnings when a number can't be trusted. "
         "`llmtriage bench --base-url URL ...` runs; `llmtriage bench compare A B` compares two results. "
         "Exit codes: 0 every measured request completed, 1 some failed, 2 usage error, 4 the server could not be "
-        "reached, 130 interrupted (partial results written)."
+        "reached, 130 interrupted by Ctrl-C, 143 by SIGTERM (partial results written either way)."
     ),
 )
 app.add_typer(bench_app, name="bench")
@@ -43,7 +43,8 @@ DEFAULT_MAX_TOKENS = 64
 DEFAULT_REQUESTS = 100
 STREAMS_PER_WORKER = 128
 MAX_PROMPTS_BYTES = 256 << 20
-INTERRUPTED_EXIT = 130
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Ctrl-C, and what CI runners and ``timeout`` send: both stop the run and keep what it has."""
 
 
 def _usable_cpus() -> int:
@@ -256,25 +257,28 @@ def bench(
         slo_ttft_ms=objectives.ttft_p95_s * 1000.0,
         slo_tpot_ms=objectives.itl_p95_s * 1000.0,
     )
-    outcome = _run(config)
+    outcome, stopped_by = _run(config)
     done = result.build(outcome)
     directory = out or Path("benchmarks") / name
     try:
         result.write(directory, done)
     except UsageError as e:
         fail(e)
+    code = _exit_code(done, stopped_by)
     if output is OutputFormat.json:
         print_json(result.to_dict(done))
-    else:
+    if code == ExitCode.UNAVAILABLE:  # a table of dashes would hide the one thing to say
+        fail(_unreachable(done, directory))
+    if output is OutputFormat.text:
         stdout.print(render.build(done), highlight=False)
     stderr.print(f"[dim]wrote {directory / result.RESULT_JSON} and {directory / result.REQUESTS_CSV}[/]")
-    raise typer.Exit(_exit_code(done))
+    raise typer.Exit(code)
 
 
-def _exit_code(done: result.BenchResult) -> int:
+def _exit_code(done: result.BenchResult, stopped_by: signal.Signals | None) -> int:
     s = done.summary
-    if done.outcome.interrupted:
-        return INTERRUPTED_EXIT
+    if stopped_by is not None:
+        return 128 + stopped_by  # as the shell reports a process ended by that signal: 130 Ctrl-C, 143 SIGTERM
     if any(w.error for w in done.outcome.workers):  # a worker lost: its share was never measured
         return int(ExitCode.PROBLEM_FOUND)
     if s.completed == 0 and s.errors and all(e.kind == "connect" for e in s.errors):
@@ -282,8 +286,19 @@ def _exit_code(done: result.BenchResult) -> int:
     return int(ExitCode.PROBLEM_FOUND if s.failed else ExitCode.OK)
 
 
-def _run(config: BenchConfig) -> RunOutcome:
-    """Run with a live progress bar on stderr; the first Ctrl-C stops the run and keeps what it has."""
+def _unreachable(done: result.BenchResult, directory: Path) -> UnavailableError:
+    """No measured request connected: the URL, the most frequent reason, and where the attempts were written."""
+    s = done.summary
+    url = public_url(done.outcome.config.api_url)
+    return UnavailableError(
+        f"could not connect to {url}: {s.errors[0].message} ({s.failed} of {s.measured} requests)",
+        f"is the server up and listening there? (the attempts are in {directory / result.RESULT_JSON})",
+    )
+
+
+def _run(config: BenchConfig) -> tuple[RunOutcome, signal.Signals | None]:
+    """Run with a live progress bar on stderr; the first Ctrl-C or SIGTERM stops the run and keeps what it has
+    (returned with the signal that stopped it)."""
     total = None if config.requests is None else config.requests + config.warmup_requests
     progress = Progress(
         TextColumn(f"[bold]{config.label}[/]"),
@@ -293,6 +308,8 @@ def _run(config: BenchConfig) -> RunOutcome:
         TextColumn("{task.fields[status]}"),
         console=stderr,
         auto_refresh=False,
+        transient=True,  # the report says it all at the end
+        disable=not stderr.is_terminal,  # a live display only: a log or a pipe gets the report
     )
     task = progress.add_task("bench", total=total, status="")
 
@@ -305,18 +322,25 @@ def _run(config: BenchConfig) -> RunOutcome:
         )
         progress.refresh()
 
-    async def main() -> RunOutcome:
+    async def main() -> tuple[RunOutcome, signal.Signals | None]:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        received: list[signal.Signals] = []
 
-        def interrupted() -> None:
+        def interrupted(signum: signal.Signals) -> None:
+            received.append(signum)
             stop.set()
-            loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C ends the process
-            stderr.print("[yellow]interrupted: stopping, keeping the partial results (Ctrl-C again to quit)[/]")
+            for each in STOP_SIGNALS:  # a second one ends the process
+                loop.remove_signal_handler(each)
+            stderr.print(
+                f"[yellow]interrupted ({signum.name}): stopping, keeping the partial results (again to quit)[/]"
+            )
 
         with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows' loop
-            loop.add_signal_handler(signal.SIGINT, interrupted)
-        return await runner.run(config, stop, on_progress)
+            for signum in STOP_SIGNALS:
+                loop.add_signal_handler(signum, interrupted, signum)
+        outcome = await runner.run(config, stop, on_progress)
+        return outcome, received[0] if received else None
 
     with progress:
         return aio.run(main())

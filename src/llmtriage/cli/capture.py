@@ -16,6 +16,7 @@ from llmtriage import capture as capture_lib
 from llmtriage.capture.collector import Progress as CaptureProgress
 from llmtriage.capture.manifest import Status
 from llmtriage.cli.app import app, diagnosis_exit, fail, stderr, stdout
+from llmtriage.cli.runbook import consult_runbook, runbook_to_consult
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.errors import ExitCode, NothingReadableError, UnavailableError, UsageError
 from llmtriage.evidence.bundle import read_evidence
@@ -36,6 +37,10 @@ def capture(
         str | None, typer.Option("--journal-unit", help="systemd unit whose journal holds the log.")
     ] = None,
     pid: Annotated[int | None, typer.Option("--pid", help="Server process id (/proc/PID).")] = None,
+    python: Annotated[
+        Path | None,
+        typer.Option("--python", help="The server's Python, to read torch, CUDA and the engine (default: from --pid)."),
+    ] = None,
     metrics_url: Annotated[
         str | None, typer.Option("--metrics-url", help="The server's /metrics URL, scraped every interval.")
     ] = None,
@@ -48,15 +53,23 @@ def capture(
     label: Annotated[str | None, typer.Option("--label", help="Name of the bundle (default: the target's).")] = None,
     max_size: Annotated[str, typer.Option("--max-size", help="Cap on the bundle's total size.")] = "256MiB",
     no_diagnose: Annotated[bool, typer.Option("--no-diagnose", help="Only capture; don't diagnose.")] = False,
+    runbook: Annotated[
+        Path | None,
+        typer.Option("--runbook", help="Runbook to consult (default: $LLMTRIAGE_RUNBOOK or the user's, if it exists)."),
+    ] = None,
+    no_runbook: Annotated[bool, typer.Option("--no-runbook", help="Do not consult the runbook.")] = False,
 ) -> None:
-    """Keep the scene: logs, launch args, env, /metrics, GPU and kernel into one redacted bundle, then diagnose it.
+    """Keep the scene: logs, launch args, env, /metrics, GPU, kernel, stack into one redacted bundle, then diagnose it.
 
-    Prints the bundle's path, then its diagnosis. Read-only on the server; Ctrl-C or SIGTERM leaves a partial bundle.
+    Prints the bundle's path, then its diagnosis with what the runbook has seen before, as diagnose does.
+    Read-only on the server; Ctrl-C or SIGTERM leaves a partial bundle.
 
     Exit codes as diagnose: 0 serving and nothing wrong found, 1 problem diagnosed, 2 usage error, 3 nothing
     readable, 4 the bundle could not be written whole (a full disk: its partial bundle's path is printed),
     5 inconclusive (with --no-diagnose: 0 once the bundle is written).
     """
+    if not (no_diagnose or no_runbook):
+        runbook_to_consult(runbook)  # a --runbook that is not there fails now, not after the capture
     mode, gpu_url = capture_lib.parse_gpu(gpu)
     duration_s = parse_duration(duration)
     plan = capture_lib.CapturePlan(
@@ -69,6 +82,7 @@ def capture(
         interval_s=parse_duration(interval),
         label=label,
         max_total_bytes=_size_bytes(max_size),
+        python=_python(python),
     )
     stop = capture_lib.StopSignal()
     previous: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | None] = {}
@@ -102,6 +116,8 @@ def capture(
     if not evidence.any_readable():
         fail(NothingReadableError(f"nothing readable was captured in {result.path}", "see its manifest.json"))
     diagnosis = run_diagnosis(evidence)
+    if not no_runbook:
+        consult_runbook(diagnosis, evidence, runbook)
     stdout.print(text_report.build(diagnosis), highlight=False)
     diagnosis_exit(diagnosis)
 
@@ -146,6 +162,14 @@ def _target(
             raise UsageError(f"--pid {pid}: no such process")
         return capture_lib.Process(pid)
     return None
+
+
+def _python(path: Path | None) -> Path | None:
+    if path is not None and not path.is_file():
+        raise UsageError(
+            f"--python {path}: no such file", "give the interpreter the server runs, e.g. /opt/venv/bin/python"
+        )
+    return path.absolute() if path is not None else None
 
 
 def _size_bytes(text: str) -> int:

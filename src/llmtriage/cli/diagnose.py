@@ -84,6 +84,14 @@ def diagnose(
         str | None, typer.Option("--launch", help='The launch command line, e.g. "vllm serve M ...".')
     ] = None,
     config: Annotated[Path | None, typer.Option("--config", help="The model's config.json.")] = None,
+    collect_env: Annotated[
+        Path | None,
+        typer.Option(
+            "--collect-env",
+            help="The stack: `python -m torch.utils.collect_env` or `vllm collect-env` output, or capture's "
+            "environment.json.",
+        ),
+    ] = None,
     window: Annotated[
         str | None, typer.Option("--window", help="With a metrics URL: scrape twice this far apart (e.g. 10s).")
     ] = None,
@@ -123,6 +131,7 @@ def diagnose(
             "--metrics": metrics,
             "--launch": launch,
             "--config": config,
+            "--collect-env": collect_env,
             "--html": html,
         }
         mixed = [name for name, value in single_server.items() if value]
@@ -144,6 +153,7 @@ def diagnose(
         dmesg=_existing(dmesg or [], "--dmesg"),
         launch=launch,
         model_config=_existing([config], "--config")[0] if config else None,
+        collect_env=_existing([collect_env], "--collect-env")[0] if collect_env else None,
     )
     thresholds = catalog.thresholds()
     if slo:
@@ -151,9 +161,13 @@ def diagnose(
     window_s = parse_duration(window) if window else None
     scrape_problems: list[Problem] = []
     health = _metrics_sources(metrics or [], window_s, loose, scrape_problems)
-    given = (loose.logs, loose.nvidia_smi, loose.dmesg, loose.metrics, loose.metrics_texts, launch, config)
+    given = (loose.logs, loose.nvidia_smi, loose.dmesg, loose.metrics, loose.metrics_texts, launch, config, collect_env)
     if bundle is None and not any(given):
-        fail(UsageError("nothing to diagnose", "give a bundle directory or --log/--nvidia-smi/--dmesg/--metrics"))
+        fail(
+            UsageError(
+                "nothing to diagnose", "give a bundle directory or --log/--nvidia-smi/--dmesg/--metrics/--collect-env"
+            )
+        )
     evidence = read_evidence(bundle, loose)
     evidence.problems.extend(scrape_problems)
     if health is not None:

@@ -18,7 +18,7 @@ from llmtriage.capacity import (
     resolve_model,
     suggest,
 )
-from llmtriage.capacity.gpu import GpuSpec
+from llmtriage.capacity.gpu import GpuSpec, local_gpu
 from llmtriage.capacity.version import default_version, parse_version
 from llmtriage.cli.app import OutputFormat, app, fail, print_json, stdout
 from llmtriage.errors import ExitCode, UsageError
@@ -29,13 +29,16 @@ def _gpu(name: str | None, memory_gib: float | None) -> GpuSpec:
         raise UsageError(f"--gpu-memory-gib {memory_gib:g}: must be positive", "the total nvidia-smi shows, in GiB")
     if name is None:
         if memory_gib is None:
-            raise UsageError("no GPU given", "give --gpu NAME (e.g. H100, 'NVIDIA L4') or --gpu-memory-gib X")
+            raise UsageError(
+                "no GPU given",
+                "give --gpu NAME (e.g. 'H100 SXM', 'A100 80GB', 'NVIDIA L4'), --gpu auto or --gpu-memory-gib X",
+            )
         return GpuSpec("GPU", memory_gib, None, None)
-    spec = resolve_gpu(name)
+    spec = local_gpu() if name.strip().lower() == "auto" else resolve_gpu(name)
     if memory_gib is None:
         return spec
     # The total the GPU reports wins over the catalog's.
-    return GpuSpec(spec.name, memory_gib, spec.bandwidth_gbs, spec.bf16_tflops)
+    return GpuSpec(spec.name, memory_gib, spec.bandwidth_gbs, spec.bf16_tflops, False, spec.compute_capability)
 
 
 def _table(result: FitResult) -> Table:
@@ -44,7 +47,8 @@ def _table(result: FitResult) -> Table:
     table.add_column("GiB", justify="right")
     table.add_row("total memory", f"{result.gpu_total_gib:.2f}")
     table.add_row("budget (total x utilization)", f"{result.budget_gib:.2f}")
-    table.add_row("weights", f"{result.weights_gib:.2f}")
+    quant = f", {result.quantization}" if result.quantization else ""
+    table.add_row(f"weights ({result.weights_source}{quant})", f"{result.weights_gib:.2f}")
     table.add_row(f"activation peak ({result.max_num_batched_tokens:,} tokens)", f"{result.activation_gib:.2f}")
     table.add_row("non-torch (CUDA context, NCCL)", f"{result.non_torch_gib:.2f}")
     where = "inside" if result.cuda_graph_in_budget else "outside"
@@ -54,6 +58,8 @@ def _table(result: FitResult) -> Table:
 
 
 def _text(result: FitResult, roofline: Roofline | None) -> None:
+    if result.model_note:
+        stdout.print(f"model: {result.model_note}", highlight=False)
     stdout.print(_table(result))
     stdout.print(
         f"KV cache: {result.kv_bytes_per_token:,} bytes/token, {result.block_size}-token blocks,"
@@ -87,8 +93,24 @@ def _text(result: FitResult, roofline: Roofline | None) -> None:
 
 @app.command(name="fit")
 def fit_command(
-    model: Annotated[str, typer.Option("--model", help="Catalog name, model directory, or config.json.")],
-    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU name (catalog or nvidia-smi name).")] = None,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="A model directory or config.json; a Hugging Face id (the local HF cache, then the catalog; a"
+            " quantized or re-published name like Qwen/Qwen3-32B-AWQ is priced as its base plus the quantization"
+            " its name states).",
+        ),
+    ],
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu",
+            help="GPU name as nvidia-smi prints it or as people write it ('A100 80GB', 'H100 SXM', 'RTX 4090', 'L4');"
+            " a name that fits several GPUs ('A100', 'H100') is an error that lists them. auto: this machine's GPU"
+            " and total memory, read through NVML.",
+        ),
+    ] = None,
     gpu_memory_gib: Annotated[
         float | None, typer.Option("--gpu-memory-gib", help="Total GPU memory as reported; wins over --gpu's.")
     ] = None,
@@ -100,7 +122,10 @@ def fit_command(
     max_num_batched_tokens: Annotated[int | None, typer.Option("--max-num-batched-tokens")] = None,
     block_size: Annotated[int | None, typer.Option("--block-size")] = None,
     kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto or fp8.")] = "auto",
-    quantization: Annotated[str | None, typer.Option("--quantization", help="awq, gptq, fp8, ...")] = None,
+    quantization: Annotated[
+        str | None,
+        typer.Option("--quantization", help="awq, gptq, fp8, ...; overrides the checkpoint's quantization_config."),
+    ] = None,
     dtype: Annotated[str, typer.Option("--dtype")] = "auto",
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs.")] = False,
     engine_version: Annotated[str | None, typer.Option("--engine-version", help="vLLM version, 0.X.Y.")] = None,
@@ -110,7 +135,12 @@ def fit_command(
     available_kv_gib: Annotated[
         float | None, typer.Option("--available-kv-gib", help="What vLLM printed as 'Available KV cache memory'.")
     ] = None,
-    online: Annotated[bool, typer.Option("--online", help="Fetch an unknown model's config from the Hub.")] = False,
+    online: Annotated[
+        bool,
+        typer.Option(
+            "--online", help="Read an uncached model's config.json and safetensors sizes from the Hub (no weights)."
+        ),
+    ] = False,
     roofline: Annotated[bool, typer.Option("--roofline", help="Also print the decode roofline.")] = False,
     batch: Annotated[int, typer.Option("--batch", help="Roofline: sequences decoding together.")] = 1,
     context: Annotated[int, typer.Option("--context", help="Roofline: context tokens per sequence.")] = 4096,

@@ -1,4 +1,5 @@
-"""``llmtriage runbook add|list|show|search|export|import``, and the runbook ``diagnose`` consults."""
+"""``llmtriage runbook add|list|show|search|edit|rm|export|import``, and the runbook ``diagnose`` and ``capture``
+consult."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from llmtriage.facts import Evidence
 from llmtriage.outfile import write_output
 from llmtriage.report.markup import visible
 from llmtriage.runbook import markdown
-from llmtriage.runbook.entry import Entry, entry_from_diagnosis
+from llmtriage.runbook.entry import Edit, Entry, entry_from_diagnosis
 from llmtriage.runbook.match import seen_before
 from llmtriage.runbook.store import ENV_VAR, Runbook, default_path
 
@@ -35,6 +36,12 @@ DbOption = Annotated[
     Path | None,
     typer.Option(
         "--db", help=f"The runbook file (default: ${ENV_VAR}, else runbook.sqlite3 in the user data directory)."
+    ),
+]
+OutcomeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--outcome", help='Whether it worked: starts with worked, failed, partial or untested ("worked: ...").'
     ),
 ]
 FIX_CHARS = 60
@@ -68,12 +75,7 @@ def add(
         str | None, typer.Option("--cause", help="The cause it turned out to be (default: the diagnosis' first).")
     ] = None,
     fix: Annotated[str | None, typer.Option("--fix", help="What was done.")] = None,
-    outcome: Annotated[
-        str | None,
-        typer.Option(
-            "--outcome", help='Whether it worked: starts with worked, failed, partial or untested ("worked: ...").'
-        ),
-    ] = None,
+    outcome: OutcomeOption = None,
     note: Annotated[str | None, typer.Option("--note", help="Anything else worth knowing next time.")] = None,
     db: DbOption = None,
 ) -> None:
@@ -121,10 +123,17 @@ def show(
 
 @runbook_app.command()
 def search(
-    text: Annotated[str, typer.Argument(help="Words to find (all of them) in evidence, causes, fixes and notes.")],
+    text: Annotated[
+        str,
+        typer.Argument(help="Words to find, all of them: in evidence, fixes, notes, cause ids, symptom classes."),
+    ],
     db: DbOption = None,
 ) -> None:
-    """Full-text search over the runbook, seed entries included, best match first."""
+    """Search the runbook, seed entries included, best match first.
+
+    Words match by stem and with their synonyms ("oom" finds "out of memory"); an error family (oom, bind ...)
+    also finds the incidents whose errors belong to it. Exit code 1 when nothing matches.
+    """
     with _open(db) as runbook:
         entries = runbook.search(text)
         _warn(runbook)
@@ -135,14 +144,59 @@ def search(
 
 
 @runbook_app.command()
+def edit(
+    entry_id: Annotated[int, typer.Argument(help="The entry's id (see `runbook list`).")],
+    cause: Annotated[str | None, typer.Option("--cause", help="The cause it turned out to be (a cause id).")] = None,
+    fix: Annotated[str | None, typer.Option("--fix", help='What was done ("" clears it).')] = None,
+    outcome: OutcomeOption = None,
+    notes: Annotated[
+        str | None, typer.Option("--notes", "--note", help='Anything else worth knowing next time ("" clears it).')
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Change an entry's cause, fix, outcome or notes; what is not given stays as it is. Redacted as `add` is."""
+    change = Edit(cause=cause, fix=fix, outcome=outcome, notes=notes)
+    if not change.changes:
+        raise UsageError("nothing to change", "give --cause, --fix, --outcome or --notes")
+    with _open(db) as runbook:
+        stored = runbook.edit(entry_id, change)
+    what = f"entry {entry_id} ({', '.join(change.changes)}): {stored.symptom_class} → {stored.cause}"
+    stdout.print(f"edited {escape(visible(what))}", highlight=False)
+
+
+@runbook_app.command()
+def rm(
+    entry_id: Annotated[int, typer.Argument(help="The entry's id (see `runbook list`).")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Remove it without asking.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Remove one entry, after asking (--yes: without asking; needed where nobody can answer).
+
+    Exit codes: 0 removed, 1 the answer was no, 2 no such entry, or no terminal to ask on and no --yes.
+    """
+    with _open(db) as runbook:
+        entry = runbook.get(entry_id)
+        what = visible(f"entry {entry_id}: {entry.recorded_on} {entry.symptom_class} → {entry.cause}")
+        if not yes:
+            if not sys.stdin.isatty():
+                raise UsageError(f"not removing {what} without asking", "give --yes to remove it without a question")
+            if not typer.confirm(f"remove {what}?", err=True):
+                stderr.print("nothing removed", highlight=False)
+                raise typer.Exit(1)
+        runbook.remove(entry_id)
+    stdout.print(f"removed {escape(what)}", highlight=False)
+
+
+@runbook_app.command()
 def export(
-    as_markdown: Annotated[bool, typer.Option("--markdown", help="Write Markdown (the only format so far).")] = False,
+    # Kept, though Markdown is the default: scripts, and the hints of the document's reader, say --markdown.
+    as_markdown: Annotated[
+        bool, typer.Option("--markdown", help="Write Markdown: the default, and the only format so far.")
+    ] = True,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
     db: DbOption = None,
 ) -> None:
     """Write the runbook as a Markdown document, one entry per incident (seed entries are left out)."""
-    if not as_markdown:
-        raise UsageError("say which format to export", "--markdown (the only format so far)")
     with _open(db) as runbook:
         entries = runbook.entries()
         _warn(runbook)
@@ -170,18 +224,25 @@ def import_(
     stdout.print(f"imported {len(added)} entries ({len(entries) - len(added)} already in the runbook)")
 
 
+def runbook_to_consult(path: Path | None) -> Path | None:
+    """The runbook ``diagnose`` and ``capture`` read: ``path`` (UsageError when it is not there), else the
+    default one when it exists (None: there is none, and none is ever created here)."""
+    target = path or default_path()
+    if target.exists():
+        return target
+    if path is not None:
+        raise UsageError(f"--runbook {path}: no such file", "`llmtriage runbook add BUNDLE --db PATH` creates one")
+    return None
+
+
 def consult_runbook(diagnosis: Diagnosis, evidence: Evidence, path: Path | None) -> None:
-    """Fill ``diagnosis.seen_before`` from the runbook, when one exists (none is ever created here).
+    """Fill ``diagnosis.seen_before`` from the runbook (:func:`runbook_to_consult`), when there is one.
 
     A runbook that cannot be read becomes one of the diagnosis' problems, and so does each damaged entry it
     skipped: the diagnosis still stands.
     """
-    target = path or default_path()
-    if not target.exists():
-        if path is not None:
-            raise UsageError(f"--runbook {path}: no such file", "`llmtriage runbook add BUNDLE --db PATH` creates one")
-        return
-    if diagnosis.healthy:
+    target = runbook_to_consult(path)
+    if target is None or diagnosis.healthy:
         return
     try:
         with Runbook.open(target, create=False) as runbook:

@@ -24,8 +24,8 @@ def sim(
         str, typer.Option(help="Catalog model id (catalog/models.yaml), a config.json or a model directory.")
     ] = DEFAULT_MODEL,
     gpu: Annotated[
-        str, typer.Option(help="GPU name or nvidia-smi alias from catalog/gpus.yaml, e.g. H100, L4, A100.")
-    ] = "H100",
+        str, typer.Option(help="GPU name or nvidia-smi alias from catalog/gpus.yaml, e.g. 'H100 SXM', L4, 'A100 80GB'.")
+    ] = "H100 SXM",
     max_model_len: Annotated[
         int | None, typer.Option(help="vLLM --max-model-len (default: the model's context).")
     ] = None,

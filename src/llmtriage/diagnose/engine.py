@@ -7,14 +7,25 @@ from collections import defaultdict
 from llmtriage import catalog
 from llmtriage.catalog import Thresholds
 from llmtriage.diagnose import fixes, questions
+from llmtriage.diagnose import stack as stack_checks
 from llmtriage.diagnose.model import Diagnosis, Evidence, Missing, PathStep, RankedCause
-from llmtriage.diagnose.rules import Signal, capacity, hardware, latency, runtime, signals_for, signatures, startup
+from llmtriage.diagnose.rules import (
+    Signal,
+    capacity,
+    hardware,
+    latency,
+    runtime,
+    signals_for,
+    signatures,
+    stack,
+    startup,
+)
 from llmtriage.diagnose.scene import Scene
 from llmtriage.facts import Evidence as EvidenceFacts
 from llmtriage.facts import Problem
 
 # The rule modules register themselves on import; naming them here keeps the registry explicit.
-RULE_MODULES = (signatures, hardware, startup, runtime, latency, capacity)
+RULE_MODULES = (signatures, hardware, startup, runtime, latency, capacity, stack)
 
 # Classes that name no cause: a healthy server, and evidence that decides nothing.
 CAUSELESS_CLASSES = frozenset({"healthy", "inconclusive"})
@@ -94,6 +105,7 @@ def missing_evidence(evidence: EvidenceFacts, symptom_class: str) -> list[Missin
         "dmesg": evidence.kernel is not None,
         "metrics": evidence.metrics is not None and bool(evidence.metrics.snapshots),
         "model_config": evidence.model is not None,
+        "stack": evidence.stack is not None,
     }
     result = []
     for source in catalog.tree().evidence_sources:
@@ -132,6 +144,7 @@ def diagnose(evidence: EvidenceFacts, thresholds: Thresholds | None = None) -> D
         engine_version=scene.log.meta.engine_version,
         inputs=list(evidence.read),
         problems=problems,
+        stack=stack_checks.summary(scene.stack),
     )
 
 

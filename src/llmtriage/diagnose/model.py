@@ -98,6 +98,40 @@ class Missing:
         return {"source": self.source, "why": self.why, "collect": self.collect}
 
 
+@dataclass(frozen=True, slots=True)
+class StackSummary:
+    """The software stack in one short block, each part None when no source said it: the driver (with the newest
+    CUDA it supports), the CUDA runtime the engine is built with, torch, the engine, and each GPU with its compute
+    capability and the features it lacks."""
+
+    driver: str | None
+    cuda_runtime: str | None
+    torch: str | None
+    engine: str | None
+    gpus: tuple[str, ...]
+
+    def lines(self) -> list[str]:
+        """The block as text: one line of versions, one line per GPU model."""
+        parts = [
+            f"driver {self.driver}" if self.driver else "",
+            f"CUDA runtime {self.cuda_runtime}" if self.cuda_runtime else "",
+            f"torch {self.torch}" if self.torch else "",
+            self.engine or "",
+        ]
+        head = " · ".join(p for p in parts if p)
+        return ([head] if head else []) + list(self.gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "driver": self.driver,
+            "cuda_runtime": self.cuda_runtime,
+            "torch": self.torch,
+            "engine": self.engine,
+            "gpus": list(self.gpus),
+        }
+
+
 @dataclass(slots=True)
 class Diagnosis:
     """The result of walking the tree over the evidence."""
@@ -113,6 +147,7 @@ class Diagnosis:
     inputs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seen_before: list[dict[str, Any]] = field(default_factory=list)
+    stack: StackSummary | None = None
 
     @property
     def healthy(self) -> bool:
@@ -134,4 +169,5 @@ class Diagnosis:
             "inputs": list(self.inputs),
             "problems": list(self.problems),
             "seen_before": list(self.seen_before),
+            "stack": self.stack.to_dict() if self.stack is not None else None,
         }

@@ -121,6 +121,9 @@ def server_up(scene: Scene) -> Answer:
         return Answer("yes", _ev(scene.engine_loaded, "the engine loaded and allocated its KV cache; nothing failed"))
     if root is not None:
         return Answer("no", _ev(root.cite(), "a fatal error, and nothing shows the server serving"))
+    blocker = next((f for f in scene.stack_findings if f.blocking), None)
+    if blocker is not None:
+        return Answer("no", _ev(blocker.citation, f"the software stack cannot run this server: {blocker.note}"))
     return Answer("unknown", _ev(scene.nothing_decisive, "no line or probe shows it serving, none shows it failing"))
 
 

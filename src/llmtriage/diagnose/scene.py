@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from llmtriage.catalog import FATAL_FAMILIES, SERVING_FAMILIES, Thresholds
+from llmtriage.diagnose.stack import StackFinding, check, merged_stack
 from llmtriage.facts import (
     BenchFigures,
     Citation,
@@ -23,6 +24,7 @@ from llmtriage.facts import (
     LogFacts,
     MemoryReport,
     MetricSnapshot,
+    StackFacts,
     StatsPoint,
 )
 from llmtriage.parse import prom
@@ -85,6 +87,18 @@ class Scene:
         self.bench: BenchFigures = evidence.bench or self.log.bench
         self.snapshots: list[MetricSnapshot] = evidence.metrics.snapshots if evidence.metrics else []
         self.window = prom.window(self.snapshots)
+
+    # ------------------------------------------------------------ the software stack
+
+    @cached_property
+    def stack(self) -> StackFacts:
+        """The stack from every source that knows part of it (diagnose/stack.py)."""
+        return merged_stack(self.evidence.stack, self.log.stack, self.gpu)
+
+    @cached_property
+    def stack_findings(self) -> list[StackFinding]:
+        """What the stack checks found: driver against runtime, GPU against arch list, dtype against GPU."""
+        return check(self.stack, self.launch, self.evidence.model)
 
     # ------------------------------------------------------------ the log's last lifecycle
 

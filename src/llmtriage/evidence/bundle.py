@@ -26,7 +26,7 @@ from llmtriage.facts import (
     MetricsFacts,
     Problem,
 )
-from llmtriage.parse import dmesg, launch, logs, model_config, nvidia_smi, prom
+from llmtriage.parse import collect_env, dmesg, launch, logs, model_config, nvidia_smi, prom
 from llmtriage.redact import Redactor
 
 MAX_TEXT_BYTES = 64 << 20
@@ -44,6 +44,7 @@ class LooseFiles:
     metrics_texts: list[tuple[str, str, float | None]] = field(default_factory=list)
     launch: str | None = None
     model_config: Path | None = None
+    collect_env: Path | None = None
 
 
 def read_capped(path: Path, name: str, problems: list[Problem]) -> str | None:
@@ -266,6 +267,22 @@ class _Reader:
             self.evidence.model = config
             self.evidence.read.append(self.name(path))
 
+    def stack(self, path: Path) -> None:
+        """A snapshot of the software stack (environment.json or collect_env text); the first read wins per field."""
+        text = self.text(path)
+        if text is None:
+            return
+        name = self.name(path)
+        found = collect_env.parse_snapshot(text, name)
+        self.evidence.problems.extend(found.problems)
+        if not found.known():
+            return
+        if self.evidence.stack is None:
+            self.evidence.stack = found
+        else:
+            self.evidence.stack.fill(found)
+        self.evidence.read.append(name)
+
     def bench(self, path: Path) -> None:
         """A ``llmtriage bench`` result.json: the load test's figures, each cited."""
         text = self.text(path)
@@ -326,6 +343,9 @@ def _read_bundle(reader: _Reader, root: Path) -> None:
             read(name, text)
     if _bundle_file(reader, config_file := root / "config" / "config.json"):
         reader.model(config_file)
+    for name in ("config/environment.json", "config/collect_env.txt"):
+        if _bundle_file(reader, root / name):
+            reader.stack(root / name)
     if _bundle_file(reader, bench_file := root / "bench" / "result.json"):
         reader.bench(bench_file)
     if _bundle_file(reader, manifest := root / "manifest.json"):
@@ -355,6 +375,8 @@ def _read_loose(reader: _Reader, files: LooseFiles) -> None:
         reader.launch_text("--launch", files.launch)
     if files.model_config is not None:
         reader.model(files.model_config)
+    if files.collect_env is not None:
+        reader.stack(files.collect_env)
 
 
 def _read_manifest(reader: _Reader, path: Path) -> None:

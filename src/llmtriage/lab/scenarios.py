@@ -68,8 +68,12 @@ SCENARIOS: tuple[Scenario, ...] = (
         plans={
             "sim": Plan(
                 servers=(
-                    ServerSettings(flags=("--gpu-memory-utilization", "0.9"), sim_flags=(*_8B_H100, "--gpu", "H100")),
-                    ServerSettings(flags=("--gpu-memory-utilization", "0.9"), sim_flags=(*_8B_H100, "--gpu", "H100")),
+                    ServerSettings(
+                        flags=("--gpu-memory-utilization", "0.9"), sim_flags=(*_8B_H100, "--gpu", "H100 SXM")
+                    ),
+                    ServerSettings(
+                        flags=("--gpu-memory-utilization", "0.9"), sim_flags=(*_8B_H100, "--gpu", "H100 SXM")
+                    ),
                 ),
                 holder_memory=True,
                 expected=Expected("startup_oom", ("other_process_holds_memory",)),
@@ -103,7 +107,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                 servers=(
                     ServerSettings(
                         flags=("--gpu-memory-utilization", "0.97", "--max-num-seqs", "512"),
-                        sim_flags=(*_8B_H100, "--gpu", "H100", "--fault", "runtime-oom:running=96"),
+                        sim_flags=(*_8B_H100, "--gpu", "H100 SXM", "--fault", "runtime-oom:running=96"),
                     ),
                 ),
                 load=LoadShape(concurrency=128, requests=256, classes=_LONG_PROMPTS),

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 from llmtriage import catalog
 from llmtriage.catalog import Signature
 from llmtriage.facts import (
+    STACK_TEXT_FIELDS,
     STATS_FIELDS,
     BenchFigures,
     Citation,
@@ -24,6 +25,8 @@ from llmtriage.facts import (
     MemoryReport,
     MetaFacts,
     OffloadReport,
+    StackFacts,
+    StackGpu,
     StatsPoint,
 )
 from llmtriage.parse.scanner import LineScanner, ScanTotals
@@ -249,6 +252,9 @@ _TEXT_FIELDS = frozenset({"device", "engine_version"})
 
 
 def _set_facts(facts: LogFacts, target: str, groups: dict[str, str], cite: Citation) -> None:
+    if target == "stack":
+        _set_stack(facts.stack, groups, cite)
+        return
     if target == "launch":
         for name, raw in groups.items():
             key = name.split("__", 1)[0]
@@ -273,6 +279,27 @@ def _set_facts(facts: LogFacts, target: str, groups: dict[str, str], cite: Citat
             continue
         setattr(record, field_name, value)
         record.citations[field_name] = cite
+
+
+def _set_stack(stack: StackFacts, groups: dict[str, str], cite: Citation) -> None:
+    """A version line of the stack: the first value of each field is kept; a GPU line adds its GPU once."""
+    for name, raw in groups.items():
+        if name in STACK_TEXT_FIELDS and getattr(stack, name) is None:
+            setattr(stack, name, raw)
+            stack.citations[name] = cite
+    if "gpu_name" in groups or "compute_capability" in groups:
+        index = groups.get("gpu_index")
+        gpu_name = groups.get("gpu_name")
+        gpu = StackGpu(
+            index=int(index) if index is not None and index.isdigit() else None,
+            name=gpu_name.strip() if gpu_name else None,
+            compute_capability=groups.get("compute_capability"),
+            citation=cite,
+        )
+        if all((g.index, g.name) != (gpu.index, gpu.name) for g in stack.gpus):
+            stack.gpus.append(gpu)
+    if cite.source not in stack.sources:
+        stack.sources.append(cite.source)
 
 
 def _add_stats(facts: LogFacts, signature: str, groups: dict[str, str], cite: Citation) -> None:

@@ -124,7 +124,7 @@ def build(
         f'<meta name="generator" content="llmtriage {esc(__version__)}">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>"
         f'<h1>llmtriage incident report</h1><div class="dim small">evidence: <code>{esc(diagnosis.origin)}</code>'
-        f"{_engine(diagnosis)}</div><nav>{nav}</nav>\n"
+        f"{_engine(diagnosis)}</div>{_stack(diagnosis)}<nav>{nav}</nav>\n"
         + "\n".join(sections)
         + f"\n<footer>llmtriage {esc(__version__)}. The page is self-contained: no scripts, no network.</footer>"
         "</main></body></html>\n"
@@ -140,6 +140,13 @@ def _engine(diagnosis: Diagnosis) -> str:
         return ""
     version = f" {diagnosis.engine_version}" if diagnosis.engine_version else ""
     return f" · engine: {esc(diagnosis.engine + version)}"
+
+
+def _stack(diagnosis: Diagnosis) -> str:
+    if diagnosis.stack is None:
+        return ""
+    lines = "".join(f"<div>{esc(line)}</div>" for line in diagnosis.stack.lines())
+    return f'<div class="dim small" id="stack">stack: {lines}</div>'
 
 
 def _percent(confidence: float) -> str:

@@ -36,6 +36,9 @@ def build(diagnosis: Diagnosis) -> RenderableType:
         version = f" {diagnosis.engine_version}" if diagnosis.engine_version else ""
         head.append(visible(f"\nengine: {diagnosis.engine}{version}"), style="dim")
     head.append(visible(f"\nevidence: {diagnosis.origin}"), style="dim")
+    if diagnosis.stack is not None:
+        for number, stack_line in enumerate(diagnosis.stack.lines()):
+            head.append(visible(f"\n{'stack: ' if number == 0 else '       '}{stack_line}"), style="dim")
     parts: list[RenderableType] = [Panel(head, title="llmtriage diagnosis", expand=False)]
 
     path = RichTree(Text("Path through the tree", style="bold"))

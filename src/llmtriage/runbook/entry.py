@@ -79,13 +79,52 @@ def check_outcome(outcome: str | None) -> None:
         )
 
 
+def check_cause(cause: str) -> None:
+    """Raise UsageError when the cause is not one of the tree's."""
+    if cause not in catalog.tree().causes:
+        raise UsageError(f"unknown cause {cause!r}", "`llmtriage tree` lists every cause id")
+
+
 def check_ids(symptom_class: str, cause: str) -> None:
     """Raise UsageError when the class or the cause is not one of the tree's."""
     tree = catalog.tree()
     if symptom_class not in tree.classes:
         raise UsageError(f"unknown symptom class {symptom_class!r}", f"known: {', '.join(tree.classes)}")
-    if cause not in tree.causes:
-        raise UsageError(f"unknown cause {cause!r}", "`llmtriage tree` lists every cause id")
+    check_cause(cause)
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """What ``runbook edit`` changes in an entry: None leaves a field as it is, an empty text clears it.
+
+    Checked when made, as ``add`` checks: a cause id of the tree, an outcome that starts with one of OUTCOMES.
+    """
+
+    cause: str | None = None
+    fix: str | None = None
+    outcome: str | None = None
+    notes: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cause is not None:
+            check_cause(self.cause)
+        check_outcome(self.outcome or None)
+
+    @property
+    def changes(self) -> dict[str, str]:
+        """The fields given, by name."""
+        given = {"cause": self.cause, "fix": self.fix, "outcome": self.outcome, "notes": self.notes}
+        return {name: value for name, value in given.items() if value is not None}
+
+    def applied_to(self, entry: Entry) -> Entry:
+        """``entry`` with the changes (not yet redacted)."""
+        return dataclasses.replace(
+            entry,
+            cause=entry.cause if self.cause is None else self.cause,
+            fix=entry.fix if self.fix is None else self.fix,
+            outcome=entry.outcome if self.outcome is None else self.outcome,
+            notes=entry.notes if self.notes is None else self.notes,
+        )
 
 
 def now_utc() -> str:
@@ -106,9 +145,8 @@ def entry_from_diagnosis(
     cause_id = cause or (diagnosis.causes[0].id if diagnosis.causes else None)
     if cause_id is None:
         raise UsageError(f"nothing wrong was diagnosed in {diagnosis.origin}", "give --cause ID to record it anyway")
+    check_cause(cause_id)
     tree = catalog.tree()
-    if cause_id not in tree.causes:
-        raise UsageError(f"unknown cause {cause_id!r}", "`llmtriage tree` lists every cause id")
     symptom_class = diagnosis.symptom_class
     if diagnosis.healthy:
         symptom_class = tree.causes[cause_id].classes[0]

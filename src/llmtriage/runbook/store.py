@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,7 +21,8 @@ import platformdirs
 
 from llmtriage.errors import UnavailableError, UsageError
 from llmtriage.redact import Redactor
-from llmtriage.runbook.entry import Entry, now_utc, redacted
+from llmtriage.runbook import query
+from llmtriage.runbook.entry import Edit, Entry, now_utc, redacted
 from llmtriage.runbook.seeds import seeds
 
 ENV_VAR = "LLMTRIAGE_RUNBOOK"
@@ -31,7 +31,6 @@ ENV_VAR = "LLMTRIAGE_RUNBOOK"
 APPLICATION_ID = 0x4C4C5452
 BUSY_TIMEOUT_S = 30.0
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_WORD = re.compile(r"\w+")
 _MAX_ROWID = 2**63 - 1
 _DAMAGED_HINT = "move the file aside and start a new runbook (llmtriage leaves it as it is)"
 
@@ -77,6 +76,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             VALUES (new.id, new.cause, new.evidence, new.fix, new.outcome, new.notes);
         END""",
     ),
+    # 2: the index stems words (porter: "memories" finds "memory") and holds the symptom class too.
+    (
+        "DROP TRIGGER incidents_fts_insert",
+        "DROP TRIGGER incidents_fts_delete",
+        "DROP TRIGGER incidents_fts_update",
+        "DROP TABLE incidents_fts",
+        """CREATE VIRTUAL TABLE incidents_fts USING fts5(
+            symptom_class, cause, evidence, fix, outcome, notes, content='incidents', content_rowid='id',
+            tokenize='porter unicode61'
+        )""",
+        """CREATE TRIGGER incidents_fts_insert AFTER INSERT ON incidents BEGIN
+            INSERT INTO incidents_fts (rowid, symptom_class, cause, evidence, fix, outcome, notes)
+            VALUES (new.id, new.symptom_class, new.cause, new.evidence, new.fix, new.outcome, new.notes);
+        END""",
+        """CREATE TRIGGER incidents_fts_delete AFTER DELETE ON incidents BEGIN
+            INSERT INTO incidents_fts (incidents_fts, rowid, symptom_class, cause, evidence, fix, outcome, notes)
+            VALUES ('delete', old.id, old.symptom_class, old.cause, old.evidence, old.fix, old.outcome, old.notes);
+        END""",
+        """CREATE TRIGGER incidents_fts_update AFTER UPDATE ON incidents BEGIN
+            INSERT INTO incidents_fts (incidents_fts, rowid, symptom_class, cause, evidence, fix, outcome, notes)
+            VALUES ('delete', old.id, old.symptom_class, old.cause, old.evidence, old.fix, old.outcome, old.notes);
+            INSERT INTO incidents_fts (rowid, symptom_class, cause, evidence, fix, outcome, notes)
+            VALUES (new.id, new.symptom_class, new.cause, new.evidence, new.fix, new.outcome, new.notes);
+        END""",
+        "INSERT INTO incidents_fts (incidents_fts) VALUES ('rebuild')",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -85,6 +110,7 @@ _COLUMN_NAMES = (
     *("gpu", "engine", "engine_version", "fix", "outcome", "notes", "origin"),
 )
 _COLUMNS = ", ".join(_COLUMN_NAMES)
+_ASSIGN_COLUMNS = ", ".join(f"{c} = ?" for c in _COLUMN_NAMES)
 _SELECT = "SELECT " + ", ".join(f"incidents.{c}" for c in ["id", *_COLUMN_NAMES]) + " FROM incidents"
 
 
@@ -348,17 +374,48 @@ class Runbook:
         return int(row[0])
 
     def search(self, text: str) -> list[Entry]:
-        """Entries whose cause, evidence, fix, outcome or notes hold every word of ``text``, best first."""
-        words = _WORD.findall(text)
-        if not words:
+        """Entries that match every term of ``text`` (:mod:`llmtriage.runbook.query`), seeds included, best first.
+
+        Best: the lowest sum of the terms' FTS5 ranks; a term matched only by an error family adds nothing.
+        """
+        terms = query.parse(text)
+        if not terms:
             raise UsageError(f"nothing to search for in {text!r}", "give one or more words")
-        query = " ".join('"' + w + '"' for w in words)
-        sql = (
-            f"{_SELECT} JOIN incidents_fts ON incidents_fts.rowid = incidents.id "
-            "WHERE incidents_fts MATCH ? ORDER BY incidents_fts.rank, incidents.id"
-        )
         with self._guard():
-            return self._entries(self._conn.execute(sql, (query,)))
+            score = self._hits(terms[0])  # id → the sum of its ranks over the terms so far
+            for term in terms[1:]:
+                hits = self._hits(term)
+                score = {rowid: total + hits[rowid] for rowid, total in score.items() if rowid in hits}
+            sql = (
+                f"{_SELECT} JOIN json_each(?) AS hit ON incidents.id = CAST(hit.key AS INTEGER) "
+                "ORDER BY hit.value, incidents.id"
+            )
+            return self._entries(self._conn.execute(sql, (json.dumps(score),)))
+
+    def _hits(self, term: query.Term) -> dict[int, float]:
+        """The ids of the entries that match ``term``, with their FTS5 rank (0 for a match by error family)."""
+        sql = "SELECT rowid, rank FROM incidents_fts WHERE incidents_fts MATCH ?"
+        hits: dict[int, float] = dict(self._conn.execute(sql, (term.fts_query,)).fetchall())
+        if wanted := term.signature_ids:
+            rows = self._conn.execute("SELECT id, signatures FROM incidents WHERE signatures != ''")
+            for rowid, signatures in rows:
+                if rowid not in hits and wanted & set(signatures.split()):
+                    hits[rowid] = 0.0
+        return hits
+
+    def edit(self, entry_id: int, change: Edit) -> Entry:
+        """Apply ``change`` to entry ``entry_id`` and store it (redacted first) in one transaction; returns it."""
+        with self._guard(), self._write():
+            edited = redacted(change.applied_to(self.get(entry_id)), Redactor())
+            self._conn.execute(f"UPDATE incidents SET {_ASSIGN_COLUMNS} WHERE id = ?", (*_row(edited), entry_id))
+        return edited
+
+    def remove(self, entry_id: int) -> Entry:
+        """Delete entry ``entry_id`` in one transaction; returns what was deleted (UsageError when there is none)."""
+        with self._guard(), self._write():
+            removed = self.get(entry_id)
+            self._conn.execute("DELETE FROM incidents WHERE id = ?", (entry_id,))
+        return removed
 
     def with_fingerprint(self, fingerprint: str) -> list[Entry]:
         """Incidents (never seeds) with this fingerprint, newest first."""

@@ -2,12 +2,14 @@
 
 Launch and environment come first, so the secrets they name are known before the logs are read; the sampled
 sources start next and run for the duration; the remaining one-shot sources run when the window closes, so the
-logs they read cover it.
+logs they read cover it. The software stack comes last: it does not change, and its probes (importing torch in the
+server's Python) would otherwise compete with the sampling.
 """
 
 from __future__ import annotations
 
 from llmtriage.capture.collector import Collector
+from llmtriage.capture.sources.environment import SoftwareStack
 from llmtriage.capture.sources.gpu import GpuSamples, NvidiaSmiPerformance, NvidiaSmiTable
 from llmtriage.capture.sources.kernel import KernelMessages
 from llmtriage.capture.sources.launch import DockerInspect, ProcessCmdline, ProcessEnviron
@@ -29,4 +31,5 @@ COLLECTORS: tuple[type[Collector], ...] = (
     NvidiaSmiTable,
     NvidiaSmiPerformance,
     ModelConfigJson,
+    SoftwareStack,
 )

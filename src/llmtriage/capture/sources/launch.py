@@ -68,6 +68,8 @@ class DockerInspect(Collector):
             ),
             container_workdir=PurePosixPath(config.get("WorkingDir") or "/"),
         )
+        ctx.scene.container_image = str(config.get("Image") or "") or None
+        ctx.scene.container_image_id = str(doc.get("Image") or "") or None
         state = doc.get("State") or {}
         if state:
             row.note(

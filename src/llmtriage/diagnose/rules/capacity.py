@@ -15,7 +15,8 @@ from dataclasses import replace
 from llmtriage import catalog
 from llmtriage.capacity.fit import GIB, FitRequest, FitResult, LaunchSettings, fit, kv_layout
 from llmtriage.capacity.gpu import GpuSpec, find_gpu, resolve_gpu
-from llmtriage.capacity.model import ModelSpec, from_catalog, spec_from_config
+from llmtriage.capacity.model import ModelSpec, spec_from_config
+from llmtriage.capacity.resolve import find_model
 from llmtriage.capacity.version import default_version, parse_version
 from llmtriage.capacity.weights import weights_bytes
 from llmtriage.diagnose.rules import Signal, rule, signal
@@ -29,7 +30,7 @@ _DERIVED = Citation(source="llmtriage fit (derived)")
 def _model(scene: Scene) -> ModelSpec | None:
     launch = scene.launch
     if launch is not None and launch.model:
-        found = from_catalog(launch.model)
+        found = find_model(launch.model)
         if found is not None:
             return found
     config = scene.evidence.model
@@ -198,7 +199,12 @@ def decode_roofline(scene: Scene) -> Iterator[Signal]:
         return
     tp = request.launch.tensor_parallel_size
     mem = scene.memory
-    per_gpu = mem.weights_gib * GIB if mem.weights_gib is not None else weights_bytes(model, None, "auto") / tp
+    launch = request.launch
+    per_gpu = (
+        mem.weights_gib * GIB
+        if mem.weights_gib is not None
+        else weights_bytes(model, launch.quantization, launch.dtype) / tp
+    )
     running = scene.gauge_peak("running") or scene.stats_peak("running")
     prompt = scene.histogram_mean("prompt_tokens_per_request")
     batch = max(1, int(running.value)) if running is not None else 1
