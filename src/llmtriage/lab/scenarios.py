@@ -184,7 +184,9 @@ SCENARIOS: tuple[Scenario, ...] = (
                     requests=48,
                     classes=(RequestClass("long", 7000, 16, 1.0), RequestClass("short", 200, 32, 3.0)),
                 ),
-                slo="ttft_p95=150ms",
+                # On 2 cores a short prompt's TTFT is ~35 ms and a jammed one's 80-200 ms; vLLM's histogram puts
+                # the p95 anywhere in that range. At 150 ms (and at 75 ms) 1 run in 3 to 5 came out healthy.
+                slo="ttft_p95=50ms",
                 expected=Expected("slow_ttft", ("prefill_congestion",), "the tiny model's TTFT SLO is scaled down"),
             ),
         },
