@@ -47,7 +47,7 @@ def _gpu(data: dict[str, Any]) -> GpuSpec:
     name, total = data.get("gpu"), data.get("gpu_memory_gib")
     if name and find_gpu(str(name)) is not None:
         spec = resolve_gpu(str(name))
-        return replace(spec, total_memory_gib=float(total), total_is_estimate=False) if total else spec
+        return spec.with_reported_total(float(total)) if total else spec
     return GpuSpec(str(name or "unnamed GPU"), float(total or _UNNAMED_GPU_GIB), None, None)
 
 

@@ -19,7 +19,7 @@ from llmtriage.capacity.gpu import GpuSpec, catalog_specs
 from llmtriage.capacity.model import ModelSpec
 from llmtriage.capacity.quantization import requested, scheme
 from llmtriage.capacity.version import EngineVersion
-from llmtriage.capacity.weights import dtype_bytes, weight_quantization, weights_bytes
+from llmtriage.capacity.weights import dtype_bytes, reads_checkpoint_bytes, weight_quantization, weights_bytes
 from llmtriage.errors import UsageError
 
 GIB = 2**30
@@ -382,7 +382,6 @@ def fit(request: FitRequest) -> FitResult:
     error, detail = _verdict(request, budget_parts, max_model_len, needed, available_bytes, kv_tokens, fits_len)
     warnings = _warnings(request, budget_parts)
     quant = weight_quantization(model, launch.quantization)
-    exact = model.weights_bytes is not None and quant is model.quant
     return FitResult(
         starts=error is None,
         error=error,
@@ -411,7 +410,7 @@ def fit(request: FitRequest) -> FitResult:
         max_num_batched_tokens=batched,
         max_num_seqs=seqs,
         quantization=quant.label if quant is not None else None,
-        weights_source="safetensors headers" if exact else "architecture",
+        weights_source="safetensors headers" if reads_checkpoint_bytes(model, quant) else "architecture",
         model_note=model.note,
         warnings=warnings,
     )

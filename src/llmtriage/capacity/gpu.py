@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -50,6 +50,10 @@ class GpuSpec:
     bf16_tflops: float | None
     total_is_estimate: bool = False
     compute_capability: str | None = None
+
+    def with_reported_total(self, total_gib: float) -> GpuSpec:
+        """This GPU with the total memory it reports (NVML, nvidia-smi, a log): that wins over the catalog's."""
+        return replace(self, total_memory_gib=total_gib, total_is_estimate=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +152,7 @@ def _nearby(name: str) -> list[catalog.GpuInfo]:
     near += [by_key[k] for k in difflib.get_close_matches(spelled, list(by_key), n=_SUGGESTIONS, cutoff=0.5)]
     by_name = {n: e.info for e in entries for n in (e.info.name, *e.info.aliases)}
     near += [by_name[n] for n in difflib.get_close_matches(name, list(by_name), n=_SUGGESTIONS, cutoff=0.4)]
-    unique: list[catalog.GpuInfo] = []
-    for info in near:
-        if info not in unique:
-            unique.append(info)
-    return unique[:_SUGGESTIONS]
+    return list(dict.fromkeys(near))[:_SUGGESTIONS]
 
 
 def find_gpu(name: str) -> catalog.GpuInfo | None:
@@ -228,8 +228,7 @@ def _local_gpu(session: Any) -> GpuSpec:
     info = find_gpu(smi_name)
     if info is None:
         return GpuSpec(smi_name, total, None, None)
-    spec = _spec(info)
-    return GpuSpec(spec.name, total, spec.bandwidth_gbs, spec.bf16_tflops, False, spec.compute_capability)
+    return _spec(info).with_reported_total(total)
 
 
 def catalog_specs() -> list[GpuSpec]:

@@ -114,12 +114,12 @@ def _derived(name: str) -> ModelSpec | None:
     if found is None:
         return None
     base, assumed = found
-    quant = derived.quantization if derived.suffix else base.quant
+    quant = derived.quantization or base.quant
     how = [f"priced as {base.name}'s architecture"]
     if assumed:
         how.append(f"({assumed})")
-    if derived.suffix:
-        how.append(f"with {quant.label if quant else '16-bit weights'} from the name's suffix {derived.suffix!r}")
+    if derived.quantization is not None:
+        how.append(f"with {derived.quantization.label} from the name's suffix {derived.suffix!r}")
     elif quant is not None:
         how.append(f"with the base checkpoint's {quant.label}")
     note = f"{name}: not in the catalog; " + " ".join(how)

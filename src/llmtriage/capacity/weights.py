@@ -90,6 +90,11 @@ def weight_quantization(model: ModelSpec, quantization: str | None) -> QuantSche
     return scheme(method, "--quantization")
 
 
+def reads_checkpoint_bytes(model: ModelSpec, quant: QuantScheme | None) -> bool:
+    """Whether the weights load as the checkpoint stores them, so its safetensors bytes (when read) are exact."""
+    return model.weights_bytes is not None and quant is model.quant
+
+
 def _expert_padding(model: ModelSpec, quant: QuantScheme) -> float:
     """How many times the experts' weights vLLM allocates, padding their sizes to the kernel's multiples."""
     if quant.pad_experts is None or not model.moe_intermediate_size:
@@ -108,8 +113,9 @@ def weights_bytes(model: ModelSpec, quantization: str | None, dtype: str) -> int
     wbytes = dtype_bytes(dtype)
     per_weight = quant.bytes_per_weight if quant is not None else float(wbytes)
     padding = counts.experts * per_weight * (_expert_padding(model, quant) - 1) if quant is not None else 0.0
-    if model.weights_bytes is not None and quant is model.quant:
-        return int(model.weights_bytes + padding)
+    exact = model.weights_bytes if reads_checkpoint_bytes(model, quant) else None
+    if exact is not None:
+        return int(exact + padding)
     if quant is None:
         return counts.total * wbytes
     if quant.experts_only:

@@ -38,7 +38,7 @@ def _gpu(name: str | None, memory_gib: float | None) -> GpuSpec:
     if memory_gib is None:
         return spec
     # The total the GPU reports wins over the catalog's.
-    return GpuSpec(spec.name, memory_gib, spec.bandwidth_gbs, spec.bf16_tflops, False, spec.compute_capability)
+    return spec.with_reported_total(memory_gib)
 
 
 def _table(result: FitResult) -> Table:

@@ -241,7 +241,7 @@ def _nvidia_smi(ctx: Context, row: SourceRow, stack: _Stack) -> None:
 
 
 def _known(cell: str | None) -> str | None:
-    return None if cell is None or cell in ("", "[N/A]", "N/A", "[Not Supported]") else cell
+    return None if cell is None or cell in catalog.nvidia_smi_fields().unknown_values else cell
 
 
 def _kernel_release(ctx: Context, stack: _Stack) -> str | None:

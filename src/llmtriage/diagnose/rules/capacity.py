@@ -10,7 +10,6 @@ with clocks held down, the GPU is throttled.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 from llmtriage import catalog
 from llmtriage.capacity.fit import GIB, FitRequest, FitResult, LaunchSettings, fit, kv_layout
@@ -68,7 +67,7 @@ def _gpu(scene: Scene) -> GpuSpec | None:
         return spec
     if spec is None:
         return GpuSpec(scene.memory.device or "GPU", total, None, None)
-    return replace(spec, total_memory_gib=total, total_is_estimate=False)
+    return spec.with_reported_total(total)
 
 
 def _request(scene: Scene, model: ModelSpec, gpu: GpuSpec) -> FitRequest | None:
