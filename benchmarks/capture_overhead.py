@@ -139,6 +139,7 @@ def main() -> int:
         ("capture   whole run, startup included", run_share, f"{run_cpu:.2f} s CPU in {run_wall:.1f} s"),
     ]
     print(f"capture overhead: /metrics (55 KB) + GPU telemetry every 1 s for {args.duration_s} s, on 127.0.0.1")
+    print(f"baseline: sh loop of 2 x curl + sleep 1 on the same URLs; both at nice {os.nice(0)}")
     for label, share, detail in rows:
         print(f"  {label:<44} {share:6.2%} of one core  ({detail})")
     verdict = "PASS" if steady_share < TARGET_SHARE else "FAIL"

@@ -45,6 +45,7 @@ def main() -> int:
     cases = [load_case(p, with_printed_kv=False) for p in paths]
     cases = [c for c in cases if c.predict]
     ours = wizard = 0
+    print(f"input: {CASES_DIR.relative_to(CASES_DIR.parents[2])}; baseline: vllm-wizard's planner on the same cases")
     print(f"{'case':52} {'vLLM':>6} {'fit':>6} {'wizard':>7}")
     for case in cases:
         predicted = fit(case.request).starts

@@ -68,6 +68,7 @@ def main() -> int:
         scrape = workdir / "scrape.prom"
         size = build_scrape(scrape, args.series)
         print(f"scrape: {size / 2**20:.0f} MiB, {args.series:,} junk series after the real vLLM scrape")
+        print(f"baseline: prometheus_client's parser over the whole file; both at nice {os.nice(0)}")
         floor, _, _, _ = peak_mb([sys.executable, "-m", "llmtriage", "version"])
         base, base_s, base_rc, base_out = peak_mb([sys.executable, "-c", BASELINE, str(scrape)])
         if base_rc != 0:

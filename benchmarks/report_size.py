@@ -77,8 +77,9 @@ def main() -> None:
             renders.append(time.perf_counter() - start)
         render_s = min(renders)
 
-    charts = timeseries.charts(evidence.gpu, evidence.metrics, evidence.logs, catalog.thresholds())
-    drawn = sum(len(svg.line_chart(c)) for c in charts)
+    plotted = timeseries.over_time(evidence.gpu, evidence.metrics, evidence.logs, catalog.thresholds())
+    charts = plotted.charts
+    drawn = sum(len(svg.line_chart(c, plotted.timeline)) for c in charts)
     naive = len(page.encode()) - drawn + sum(len(naive_svg(c)) for c in charts)
     size = len(page.encode())
     points = sum(1 for c in charts for s in c.series for _, y in s.points if y is not None)

@@ -111,6 +111,10 @@ def main() -> int:
     parser.add_argument("--speed", type=float, default=1000.0)
     args = parser.parse_args()
     sim_port, bare_port = free_port(), free_port()
+    print(
+        f"input: {args.streams} streams x {args.tokens} tokens, one aiohttp client; baseline: a bare aiohttp SSE "
+        f"server; both servers at nice {os.nice(0)}"
+    )
     sim_cmd = [
         sys.executable, "-m", "llmtriage", "sim", "--port", str(sim_port), "--speed", str(args.speed), "--quiet",
         "--startup-seconds", "0", "--max-num-seqs", str(args.streams), "--max-num-batched-tokens", "65536",

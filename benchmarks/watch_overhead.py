@@ -145,6 +145,7 @@ def main() -> int:
         urls = [f"http://127.0.0.1:{port}/metrics" for port in ports]
         catalog.metric_map(), catalog.thresholds(), signals.engines()
         print(f"{args.endpoints} endpoints, 1 s interval, {args.seconds:g} s each, scrape of {SCRAPE.stat().st_size} B")
+        print("baseline: GET the same URLs every second (the same aiohttp session), in this process like watch")
         base = measure("baseline", baseline(urls, args.seconds))
         with tempfile.TemporaryDirectory() as tmp:
             watched = measure("watch", watch(urls, args.seconds, Path(tmp) / "watch.db"))

@@ -169,6 +169,10 @@ class Redactor:
         self._numbers: dict[str, int] = {}
         self._literals: re.Pattern[str] | None = None
         self._lock = threading.RLock()
+        # One search for every detector's hints: most lines hold none, and then no detector needs a look.
+        hints = sorted({h for d in self.rules.detectors for h in d.hints}, key=len, reverse=True)
+        every_detector_hinted = all(d.hints for d in self.rules.detectors)
+        self._any_hint = re.compile(b"|".join(map(re.escape, hints))) if hints and every_detector_hinted else None
 
     @property
     def secrets_seen(self) -> int:
@@ -179,7 +183,8 @@ class Redactor:
         """``text`` with every secret replaced."""
         with self._lock:
             folded = _folded(text)
-            for detector in self.rules.detectors:
+            hinted = self._any_hint is None or self._any_hint.search(folded) is not None
+            for detector in self.rules.detectors if hinted else ():
                 if detector.hints and not any(h in folded for h in detector.hints):
                     continue
                 text = detector.pattern.sub(functools.partial(self._replace_group, kind=detector.kind), text)

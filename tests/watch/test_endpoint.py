@@ -10,14 +10,13 @@ from llmtriage.facts import MetricSnapshot
 from llmtriage.parse import prom
 from llmtriage.watch.breach import STALL, IncidentTracker, breaches
 from llmtriage.watch.endpoint import EndpointState
-from llmtriage.watch.reader import SnapshotReader
 
 from ..conftest import FIXTURES
 from .conftest import fast_thresholds
 
 METRICS = FIXTURES / "vllm-cpu" / "metrics"
 URL = "http://10.0.0.1:8000/metrics"
-READER = SnapshotReader()
+READER = prom.ScrapeReader()
 
 
 def scrape(name: str, at_s: float, text: str | None = None) -> MetricSnapshot:

@@ -22,7 +22,6 @@ from functools import cache
 from typing import Any
 
 from llmtriage import catalog
-from llmtriage.capture import nvml as nvml_module
 from llmtriage.errors import UsageError
 
 # Words that never tell two GPUs apart: vendors, brands, memory types, filler.
@@ -197,6 +196,8 @@ def resolve_gpu(name: str) -> GpuSpec:
 def local_gpu(nvml: Any = None) -> GpuSpec:
     """The GPU of this machine as NVML reports it (``--gpu auto``): its name resolves to a catalog GPU when it is
     exactly one, and its total memory is the one NVML reports. Without NVML this is a usage error."""
+    from llmtriage.capture import nvml as nvml_module  # only here: the capture package costs `fit` ~70 ms to import
+
     session = nvml if nvml is not None else nvml_module.Nvml()
     try:
         return _local_gpu(session)

@@ -6,7 +6,10 @@ live in ``*.yaml`` next to this module; code never hard-codes what these files s
 
 from __future__ import annotations
 
+import contextlib
+import marshal
 import re
+import sys
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -14,6 +17,8 @@ from typing import Any
 from urllib.parse import quote_plus
 
 import yaml
+
+from llmtriage import usercache
 
 ROLES = frozenset({"error", "wrapper", "context", "marker", "fact", "stats", "access", "frame"})
 FACT_TARGETS = frozenset({"memory", "launch", "meta", "bench", "offload", "stack"})
@@ -31,14 +36,29 @@ FAMILIES = FATAL_FAMILIES | SERVING_FAMILIES | {"engine_dead"}
 CPU_BACKEND = "vllm_cpu"
 
 
+# libyaml's loader parses the same documents ~10x faster than the pure-Python one; wheels without libyaml lack it.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class CatalogError(Exception):
     """A catalog data file is malformed (a packaging bug, caught by the tests)."""
 
 
 def load_yaml(name: str) -> Any:
-    """Parse the packaged data file ``name``."""
-    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    """Parse the packaged data file ``name`` with libyaml, or take the parse from the cache when the file is unchanged
+    (models.yaml alone takes tens of milliseconds to parse, which every `fit` would pay)."""
+    raw = resources.files(__package__).joinpath(name).read_bytes()
+    entry = usercache.key("catalog", name.encode(), raw, f"{sys.version_info[:2]} {marshal.version}".encode())
+    cached = usercache.read(entry)
+    if cached is not None:
+        try:
+            return marshal.loads(cached)
+        except (EOFError, ValueError, TypeError):
+            pass  # a corrupt entry: parse again and overwrite it
+    data = yaml.load(raw.decode("utf-8"), Loader=_YAML_LOADER)
+    with contextlib.suppress(ValueError):  # a value marshal cannot store (a YAML date): parsed each time
+        usercache.write(entry, marshal.dumps(data))
+    return data
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,11 @@ replaced, ANSI colours are stripped); memory stays bounded whatever the size of 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import operator
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
@@ -29,7 +32,7 @@ from llmtriage.facts import (
     StackGpu,
     StatsPoint,
 )
-from llmtriage.parse.scanner import LineScanner, ScanTotals
+from llmtriage.parse.scanner import Block, LineMatch, LineScanner, ScanTotals, single_line
 from llmtriage.parse.units import number, size_to_gib
 
 LIFECYCLE_PHASES = frozenset({"weights_load", "profile_run", "kv_alloc", "cuda_graph_capture"})
@@ -48,10 +51,36 @@ ERROR_BEFORE_TRACEBACK = 2
 _EXPLAINING_ROLES = frozenset({"error", "wrapper", "context"})
 
 
+# Lines a serving log holds by the million. Their signatures are read a block at a time (one regex pass over the
+# block, see _BulkLines) instead of line by line, and what is kept of them is redacted, not each line: the path of an
+# access line (once per distinct path), the line cited for each status, the stats lines that stay in the series.
+BULK_ROLES = frozenset({"access", "stats"})
+
+
 @cache
 def _scanner() -> tuple[LineScanner, tuple[Signature, ...]]:
     sigs = catalog.signatures()
-    return LineScanner([s.pattern for s in sigs]), sigs
+    bulk = frozenset(i for i, s in enumerate(sigs) if s.role in BULK_ROLES and not s.fallback)
+    return LineScanner([s.pattern for s in sigs], bulk=bulk), sigs
+
+
+@cache
+def _block_regex(pattern: str) -> re.Pattern[str]:
+    """``pattern`` run over a block of lines: it matches within one line, as it does run over that line alone."""
+    return re.compile(single_line(pattern), re.MULTILINE)
+
+
+@cache
+def _any_of(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """Whether one of ``patterns`` matches, in one search over a block."""
+    plain = (re.sub(r"\(\?P<\w+>", "(?:", single_line(p)) for p in patterns)
+    return re.compile("|".join(f"(?:{p})" for p in plain), re.MULTILINE)
+
+
+@cache
+def _first_in_line(pattern: str) -> re.Pattern[str]:
+    """``pattern`` over a block, matching once a line: its first match there, then the rest of the line."""
+    return re.compile(single_line(pattern) + r"[^\n]*", re.MULTILINE)
 
 
 def excerpt(text: str, start: int) -> str:
@@ -90,6 +119,210 @@ class _FileState:
         self.traceback_of: int | None = None
 
 
+@dataclasses.dataclass(slots=True)
+class _PendingStats:
+    """A stats line kept in the series so far; parsed (and redacted) only if it is still there at the end."""
+
+    line: int
+    text: str
+    signature: int
+
+
+@dataclasses.dataclass(slots=True)
+class _Bulk:
+    """What a log's access and stats lines leave, read block by block."""
+
+    source: str
+    facts: LogFacts
+    state: _FileState
+    redact: Callable[[str], str] | None
+    sigs: tuple[Signature, ...]
+    stats: list[StatsPoint | _PendingStats]
+    paths: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def lines(self, block: Block) -> list[tuple[int, int, re.Match[str], str]]:
+        """(line, signature, match, the text it matched in) of every bulk line of ``block``, in order; a signature
+        counts once a line."""
+        if not block.bulk:
+            return []
+        text = block.data.decode("utf-8", "replace")
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        lines: list[tuple[int, int, re.Match[str], str]] = []
+        for sig_id in sorted(block.bulk):
+            line_no, counted_to, last = block.line_base, 0, -1
+            for m in _block_regex(self.sigs[sig_id].pattern).finditer(text):
+                start = m.start()
+                line_no += text.count("\n", counted_to, start)
+                counted_to = start
+                if line_no != last:
+                    last = line_no
+                    lines.append((line_no, sig_id, m, text))
+        if len(block.bulk) > 1:
+            lines.sort(key=operator.itemgetter(0, 1))
+        return lines
+
+    def whole_block(self, block: Block) -> bool:
+        """Take the bulk lines of ``block`` in a few passes of C, without a Python step per line: counted, their
+        statuses cited, their stats kept, the stage set around every line read line by line. Not for a block with
+        colours (stripping them would move every offset): False then."""
+        data = block.data
+        if not block.bulk or b"\x1b" in data:
+            return False
+        text = data.decode("utf-8", "replace")
+        present = [(sig_id, _block_regex(self.sigs[sig_id].pattern)) for sig_id in sorted(block.bulk)]
+        any_bulk = _any_of(tuple(self.sigs[sig_id].pattern for sig_id, _ in present))
+        state, facts = self.state, self.facts
+        after = 0
+        for hit, (start, end) in zip(block.hits, _spans(block, len(text) == len(data)), strict=True):
+            if any_bulk.search(text, after, start):
+                state.stage = "serving"
+            same_line = []
+            if any_bulk.search(text, start, end):
+                same_line = [
+                    (hit.line_no, sig_id, m, text) for sig_id, rx in present if (m := rx.search(text, start, end))
+                ]
+            _read_line(hit, same_line, self, counted=True)
+            after = end
+        if any_bulk.search(text, after):
+            state.stage = "serving"
+        last = -1
+        stats: list[tuple[int, int]] = []
+        for sig_id, _ in present:
+            sig = self.sigs[sig_id]
+            rx = _first_in_line(sig.pattern)
+            if sig.role == "stats":
+                starts = [m.start() for m in rx.finditer(text)]
+                stats.extend((start, sig_id) for start in starts)
+                found = len(starts)
+                last = max(last, starts[-1] if starts else -1)
+            else:
+                found, end = self._requests(sig_id, rx, text, block.line_base)
+                last = max(last, end)
+            if sig.engine in ENGINES and found:
+                facts.engine_votes[sig.engine] += found
+        if last >= 0:
+            facts.last_serving_line[self.source] = max(
+                facts.last_serving_line.get(self.source, 0), block.line_base + text.count("\n", 0, last)
+            )
+        stats.sort()
+        line_no, counted_to = block.line_base, 0
+        for start, sig_id in stats:
+            line_no += text.count("\n", counted_to, start)
+            counted_to = start
+            self.stats.append(_PendingStats(line_no, _line_at(text, start).rstrip("\r"), sig_id))
+            if len(self.stats) >= 2 * STATS_CAP:
+                # Halve the resolution rather than grow without bound; the series keeps its shape.
+                self.stats = self.stats[::2]
+        return True
+
+    def _requests(self, sig_id: int, rx: re.Pattern[str], text: str, line_base: int) -> tuple[int, int]:
+        """Count the access lines of one signature in ``text``; (how many, where the last one starts or -1)."""
+        facts, sig = self.facts, self.sigs[sig_id]
+        fields = operator.itemgetter(*(rx.groupindex[name] - 1 for name in ("method", "path", "status")))
+        requests = Counter(map(fields, rx.findall(text)))
+        for (method, path, status), count in requests.items():
+            redacted = self.paths.get(path)
+            if redacted is None:
+                redacted = self.paths[path] = path if self.redact is None else self.redact(path)
+            facts.http_status[(method, redacted, int(status))] += count
+        uncited = {status for _, _, status in requests if int(status) not in facts.http_status_citations}
+        for m in rx.finditer(text) if uncited else ():
+            status = m.group("status")
+            if status in uncited:
+                uncited.discard(status)
+                line, found = self._redacted(_line_at(text, m.start()).rstrip("\r"), sig)
+                line_no = line_base + text.count("\n", 0, m.start())
+                facts.http_status_citations[int(status)] = Citation(self.source, line_no, excerpt(line, found.start()))
+                if not uncited:
+                    break
+        return sum(requests.values()), _last_start(rx, text) if requests else -1
+
+    def apply(self, lines: list[tuple[int, int, re.Match[str], str]]) -> None:
+        """Access and stats lines, in order, as _apply would take each (a run of them at once: they change the
+        stage, the last serving line and the votes alike)."""
+        if not lines:
+            return
+        facts, sigs, stats = self.facts, self.sigs, self.stats
+        self.state.stage = "serving"
+        facts.last_serving_line[self.source] = lines[-1][0]
+        for sig_id, count in Counter(line[1] for line in lines).items():
+            if sigs[sig_id].engine in ENGINES:
+                facts.engine_votes[sigs[sig_id].engine] += count
+        requests: list[tuple[str, str, str]] = []
+        for line_no, sig_id, m, text in lines:
+            if sigs[sig_id].role == "stats":
+                stats.append(_PendingStats(line_no, _line_at(text, m.start()).rstrip("\r"), sig_id))
+                if len(stats) >= 2 * STATS_CAP:
+                    # Halve the resolution rather than grow without bound; the series keeps its shape.
+                    stats = stats[::2]
+                continue
+            method, path, status = m.group("method", "path", "status")
+            requests.append((method, path, status))
+            if int(status) not in facts.http_status_citations:
+                line, found = self._redacted(_line_at(text, m.start()).rstrip("\r"), sigs[sig_id])
+                facts.http_status_citations[int(status)] = Citation(self.source, line_no, excerpt(line, found.start()))
+        self.stats = stats
+        for (method, path, status), count in Counter(requests).items():
+            redacted = self.paths.get(path)
+            if redacted is None:
+                redacted = self.paths[path] = path if self.redact is None else self.redact(path)
+            facts.http_status[(method, redacted, int(status))] += count
+
+    def _redacted(self, line: str, sig: Signature) -> tuple[str, re.Match[str]]:
+        """``line`` redacted, and the signature's match in it (in the line as it was, should redaction break it)."""
+        text = line if self.redact is None else self.redact(line)
+        m = sig.regex.search(text) or sig.regex.search(line)
+        assert m is not None  # the line matched the signature when it was read
+        return text, m
+
+    def points(self) -> list[StatsPoint]:
+        """The stats series: the lines still kept, parsed now."""
+        points = []
+        for kept in self.stats:
+            if isinstance(kept, StatsPoint):
+                points.append(kept)
+                continue
+            sig = self.sigs[kept.signature]
+            text, m = self._redacted(kept.text, sig)
+            groups = {k.split("__", 1)[0]: v for k, v in m.groupdict().items() if v is not None}
+            cite = Citation(source=self.source, line=kept.line, excerpt=excerpt(text, m.start()))
+            points.append(_stats_point(sig.id, groups, cite))
+        return points
+
+
+def _spans(block: Block, ascii_only: bool) -> list[tuple[int, int]]:
+    """Where each line of ``block.hits`` starts and ends in the block's decoded text."""
+    if ascii_only:
+        return [(hit.offset, hit.offset + len(hit.line)) for hit in block.hits]
+    spans = []
+    at_bytes = at_text = 0
+    for hit in block.hits:
+        at_text += len(block.data[at_bytes : hit.offset].decode("utf-8", "replace"))
+        at_bytes = hit.offset
+        spans.append((at_text, at_text + len(hit.line.decode("utf-8", "replace"))))
+    return spans
+
+
+def _last_start(rx: re.Pattern[str], text: str) -> int:
+    """Where the last match of ``rx`` in ``text`` starts (it has one), looking back from the end."""
+    window = 1 << 16
+    while True:
+        start = max(0, len(text) - window)
+        last = -1
+        for m in rx.finditer(text, start):
+            last = m.start()
+        if last >= 0 or start == 0:
+            return last
+        window <<= 4
+
+
+def _line_at(text: str, position: int) -> str:
+    """The line of ``text`` that holds ``position``."""
+    end = text.find("\n", position)
+    return text[text.rfind("\n", 0, position) + 1 : end if end != -1 else len(text)]
+
+
 def read_log(stream: BinaryIO, source: str, facts: LogFacts, redact: Callable[[str], str] | None = None) -> None:
     """Scan one log ``stream`` (named ``source`` in citations) and add what it says to ``facts``; ``redact``
     scrubs each line that matched before anything of it is kept."""
@@ -97,34 +330,62 @@ def read_log(stream: BinaryIO, source: str, facts: LogFacts, redact: Callable[[s
     totals = ScanTotals()
     state = _FileState()
     facts.sources.append(source)
-    for hit in scanner.scan(stream, totals):
-        text = _ANSI.sub("", hit.line.decode("utf-8", "replace")).rstrip("\r")
-        if redact is not None:
-            text = redact(text)
-        explained = False
-        fallbacks: list[tuple[Signature, re.Match[str]]] = []
-        for pattern_id in sorted(hit.pattern_ids):
-            sig = sigs[pattern_id]
-            m = sig.regex.search(text)
-            if m is None:
-                continue
-            if sig.fallback:
-                fallbacks.append((sig, m))
-                continue
-            explained = explained or sig.role in _EXPLAINING_ROLES
-            _apply(sig, m, text, source, hit.line_no, facts, state)
-        if not explained:
-            for sig, m in fallbacks[:1]:
-                _apply(sig, m, text, source, hit.line_no, facts, state)
-        if state.frames_used:
-            state.traceback_at, state.frames, state.frames_used, state.traceback_of = None, [], False, None
+    bulk = _Bulk(source, facts, state, redact, sigs, list(facts.stats))
+    for block in scanner.scan_blocks(stream, totals):
+        if bulk.whole_block(block):
+            continue
+        pending = bulk.lines(block)
+        line_numbers = [line[0] for line in pending]
+        at = 0
+        for hit in block.hits:
+            before = bisect.bisect_left(line_numbers, hit.line_no, at)
+            bulk.apply(pending[at:before])
+            at = bisect.bisect_right(line_numbers, hit.line_no, before)
+            _read_line(hit, pending[before:at], bulk)
+        bulk.apply(pending[at:])
     _close_traceback(facts, state, source)
+    facts.stats = bulk.points()
     facts.events.extend(state.overflow.values())
     order = {name: i for i, name in enumerate(facts.sources)}
     facts.events.sort(key=lambda e: (order[e.source], e.line))
     facts.lines_scanned += totals.lines
     facts.bytes_scanned += totals.bytes
     facts.line_counts[source] = totals.lines
+
+
+def _read_line(
+    hit: LineMatch, bulk_here: list[tuple[int, int, re.Match[str], str]], bulk: _Bulk, *, counted: bool = False
+) -> None:
+    """One line that matched a signature read line by line, and ``bulk_here``: the bulk signatures it matched, in
+    their place (``counted``: only as the stage goes, their lines being counted elsewhere)."""
+    facts, state, source, sigs, redact = bulk.facts, bulk.state, bulk.source, bulk.sigs, bulk.redact
+    text = _ANSI.sub("", hit.line.decode("utf-8", "replace")).rstrip("\r")
+    if redact is not None:
+        text = redact(text)
+    explained = False
+    fallbacks: list[tuple[Signature, re.Match[str]]] = []
+    in_bulk = {line[1]: line for line in bulk_here}
+    for pattern_id in sorted(hit.pattern_ids | in_bulk.keys()):
+        if pattern_id in in_bulk:
+            if counted:
+                state.stage = "serving"
+            else:
+                bulk.apply([in_bulk[pattern_id]])
+            continue
+        sig = sigs[pattern_id]
+        m = sig.regex.search(text)
+        if m is None:
+            continue
+        if sig.fallback:
+            fallbacks.append((sig, m))
+            continue
+        explained = explained or sig.role in _EXPLAINING_ROLES
+        _apply(sig, m, text, source, hit.line_no, facts, state)
+    if not explained:
+        for sig, m in fallbacks[:1]:
+            _apply(sig, m, text, source, hit.line_no, facts, state)
+    if state.frames_used:
+        state.traceback_at, state.frames, state.frames_used, state.traceback_of = None, [], False, None
 
 
 def _apply(
@@ -145,18 +406,6 @@ def _apply(
     groups = {k.split("__", 1)[0]: v for k, v in m.groupdict().items() if v is not None}
     if sig.target is not None and groups:
         _set_facts(facts, sig.target, groups, cite)
-    if sig.role == "stats":
-        state.stage = "serving"
-        facts.last_serving_line[source] = line_no
-        _add_stats(facts, sig.id, groups, cite)
-        return
-    if sig.role == "access":
-        state.stage = "serving"
-        facts.last_serving_line[source] = line_no
-        status = int(groups["status"])
-        facts.http_status[(groups["method"], groups["path"], status)] += 1
-        facts.http_status_citations.setdefault(status, cite)
-        return
     if sig.role == "fact":
         if sig.phase in LIFECYCLE_PHASES and state.stage not in ("serving", "shutdown"):
             state.stage = sig.phase
@@ -302,7 +551,7 @@ def _set_stack(stack: StackFacts, groups: dict[str, str], cite: Citation) -> Non
         stack.sources.append(cite.source)
 
 
-def _add_stats(facts: LogFacts, signature: str, groups: dict[str, str], cite: Citation) -> None:
+def _stats_point(signature: str, groups: dict[str, str], cite: Citation) -> StatsPoint:
     values: dict[str, float] = {}
     for name, raw in groups.items():
         field_name, value = _field_value(name, raw)
@@ -310,9 +559,4 @@ def _add_stats(facts: LogFacts, signature: str, groups: dict[str, str], cite: Ci
             value = number(value)
         if field_name in STATS_FIELDS and value is not None:
             values[field_name] = value
-    facts.stats.append(
-        StatsPoint(source=cite.source, line=cite.line or 0, text=cite.excerpt, signature=signature, **values)
-    )
-    if len(facts.stats) >= 2 * STATS_CAP:
-        # Halve the resolution rather than grow without bound; the series keeps its shape.
-        facts.stats = facts.stats[::2]
+    return StatsPoint(source=cite.source, line=cite.line or 0, text=cite.excerpt, signature=signature, **values)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,7 +23,13 @@ from llmtriage.facts import Histogram, MetricSnapshot, Problem
 # At most this many samples of catalog series are kept from one scrape (a real vLLM scrape has a few hundred;
 # more would be a cardinality explosion, whose memory and parse time this bounds). The rest are counted.
 MAX_KEPT_SAMPLES = 100_000
+# A reader remembers at most this many parsed series (a watch of many servers, each with its own label values).
+MAX_CACHED_SERIES = 200_000
+# ... and the names of this many other series (a scrape's process_*, http_* ...; a million of them are not kept).
+MAX_FOREIGN_SERIES = 4096
 
+# lines_of splits this much text at a time: C speed, and at most this much is held twice.
+_SLICE_CHARS = 256 << 10
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 Entry = tuple[dict[str, str], float, float | None]
@@ -47,14 +53,13 @@ def catalog_series_names(mapping: catalog.MetricMap) -> frozenset[str]:
 
 
 def lines_of(text: str) -> Iterator[str]:
-    """The lines of ``text``, one at a time (``splitlines`` would hold a million of them at once)."""
+    """The lines of ``text``, a slice at a time (``splitlines`` would hold a million of them at once)."""
     start, size, find = 0, len(text), text.find
     while start < size:
-        end = find("\n", start)
+        end = find("\n", start + _SLICE_CHARS)
         if end < 0:
-            yield text[start:]
-            return
-        yield text[start:end]
+            end = size
+        yield from text[start:end].split("\n")
         start = end + 1
 
 
@@ -100,99 +105,160 @@ def _parse_head(head: str) -> _Head | None:
     return None
 
 
-def _read(lines: Iterable[str], wanted: frozenset[str], engines: dict[str, str]) -> _Pass:
-    """One pass over a scrape's lines; ``engines`` maps each engine to its metric prefix."""
+def _read(
+    lines: Iterable[str],
+    wanted: frozenset[str],
+    engines: dict[str, str],
+    heads: dict[str, _Head | None],
+    foreign: dict[str, str],
+    redact: Callable[[str], str] | None = None,
+) -> _Pass:
+    """One pass over a scrape's lines; ``engines`` maps each engine to its metric prefix; ``heads`` remembers the
+    series of ``wanted`` names already parsed (across scrapes), each parsed after ``redact``, and ``foreign`` the
+    names of the first other series seen."""
     found = _Pass()
-    prefixes = tuple(engines.values())
     by_name = found.by_name
-    heads: dict[str, _Head | None] = {}
+    unseen = tuple(engines.values())  # the prefixes of the engines no series has named yet
     last_name = ""
+    samples = kept = bad = dropped = 0
     for line in lines:
         if not line or line[0] in "# \t\r":
             line = line.strip()
             if not line or line[0] == "#":
                 continue
-        match = _METRIC_NAME.match(line)
-        if match is None:
-            if line[0] != "{":  # {"utf-8.name", a="b"} 1: the name quoted among the labels
-                found.bad += 1
+        close = line.rfind("}")
+        series = heads.get(line[: close + 1]) if close > 0 else None
+        if series is not None:
+            # A catalog series this reader has parsed before: only its value is new.
+            value = sample_value(line[close + 1 :])
+            if value is None:
+                bad += 1
                 continue
-            name, end = "", 0
+            name = series[0]
+        elif close > 0 and (name := foreign.get(line[: close + 1], "")):
+            value = sample_value(line[close + 1 :])
+            if value is None:
+                bad += 1
+                continue
         else:
-            name, end = match.group(), match.end()
-        if end < len(line) and line[end] == "{":
-            close = line.rfind("}")
-            if close < end:
-                found.bad += 1
+            match = _METRIC_NAME.match(line)
+            if match is None:
+                if line[0] != "{":  # {"utf-8.name", a="b"} 1: the name quoted among the labels
+                    bad += 1
+                    continue
+                name, end = "", 0
+            else:
+                name, end = match.group(), match.end()
+            if end < len(line) and line[end] == "{":
+                if close < end:
+                    bad += 1
+                    continue
+                head = line[: close + 1]
+                value = sample_value(line[close + 1 :])
+            else:
+                head, rest = name, line[end:]
+                # else the name goes on with a bad character
+                value = sample_value(rest) if rest[:1] in (" ", "\t") else None
+            if value is None:
+                bad += 1
                 continue
-            head, rest = line[: close + 1], line[close + 1 :]
-            value = sample_value(rest)
-        else:
-            head, rest = name, line[end:]
-            value = (
-                sample_value(rest) if rest[:1] in (" ", "\t") else None
-            )  # else the name goes on with a bad character
-        if value is None:
-            found.bad += 1
-            continue
-        if not name:
-            parsed = _parse_head(head)
-            if parsed is None:
-                found.bad += 1
-                continue
-            name = parsed[0]
-        found.samples += 1
+            if not name:
+                parsed = _parse_head(head)
+                if parsed is None:
+                    bad += 1
+                    continue
+                name = parsed[0]
+            if name not in wanted:
+                if head != name and len(foreign) < MAX_FOREIGN_SERIES:
+                    foreign[head] = name
+            elif kept < MAX_KEPT_SAMPLES:
+                if head in heads:
+                    series = heads[head]
+                else:
+                    if len(heads) >= MAX_CACHED_SERIES:
+                        heads.clear()
+                    series = heads[head] = _parse_head(redact(head) if redact is not None else head)
+                if series is None:
+                    bad += 1
+                    continue
+        samples += 1
         if name != last_name:
             last_name = name
-            if name.startswith(prefixes):
+            if unseen and name.startswith(unseen):
                 found.engines.update(e for e, prefix in engines.items() if name.startswith(prefix))
-        if name not in wanted:
-            continue
-        if found.kept >= MAX_KEPT_SAMPLES or (head not in heads and len(heads) >= MAX_KEPT_SAMPLES):
-            found.dropped += 1
-            continue
-        if head not in heads:
-            heads[head] = _parse_head(head)
-        series = heads[head]
+                unseen = tuple(prefix for e, prefix in engines.items() if e not in found.engines)
         if series is None:
-            found.samples -= 1
-            found.bad += 1
+            if name in wanted:
+                dropped += 1
             continue
-        found.kept += 1
+        if kept >= MAX_KEPT_SAMPLES:
+            dropped += 1
+            continue
+        kept += 1
         by_name[series[0]].append((series[1], value, series[2]))
+    found.samples, found.kept, found.bad, found.dropped = samples, kept, bad, dropped
     return found
 
 
+class ScrapeReader:
+    """Reads scrapes into normalised snapshots, remembering every catalog series (name and labels) it has parsed.
+
+    The scrapes of a server repeat the same few hundred series, so after the first one a line costs a lookup and a
+    ``float()``: one reader serves all the scrapes of a bundle (report, diagnose, capture) or of a watch. ``redact``
+    is applied to each series before it is parsed, once (values are numbers; comments and foreign series are never
+    kept).
+    """
+
+    def __init__(self, redact: Callable[[str], str] | None = None) -> None:
+        self._mapping = catalog.metric_map()
+        self._wanted = catalog_series_names(self._mapping)
+        self._heads: dict[str, _Head | None] = {}
+        self._foreign: dict[str, str] = {}
+        self._redact = redact
+
+    def read(self, text: str, source: str, timestamp_s: float | None = None) -> tuple[MetricSnapshot, list[Problem]]:
+        """One scrape's text as a snapshot, and what was wrong with it."""
+        return self.read_lines(lines_of(text), source, timestamp_s)
+
+    def read_lines(
+        self, lines: Iterable[str], source: str, timestamp_s: float | None = None
+    ) -> tuple[MetricSnapshot, list[Problem]]:
+        """One scrape, given line by line (a file or a stream), as a snapshot, and what was wrong with it."""
+        mapping = self._mapping
+        found = _read(lines, self._wanted, mapping.engine_prefixes, self._heads, self._foreign, self._redact)
+        problems: list[Problem] = []
+        if found.bad:
+            problems.append(
+                Problem(source, f"{found.bad} malformed sample line{'s' if found.bad != 1 else ''} skipped")
+            )
+        if found.dropped:
+            problems.append(
+                Problem(
+                    source,
+                    f"{found.dropped} samples of catalog series beyond the first {MAX_KEPT_SAMPLES} skipped "
+                    "(a cardinality explosion?)",
+                )
+            )
+        engine = next((e for e in mapping.engine_prefixes if e in found.engines), None)
+        snap = snapshot(found.by_name, mapping, engine, source, timestamp_s, found.samples)
+        return snap, problems + unrecognised(snap)
+
+
 def parse_metrics(text: str, source: str, timestamp_s: float | None = None) -> tuple[MetricSnapshot, list[Problem]]:
-    """Parse one scrape into a normalised snapshot."""
-    return parse_metric_lines(lines_of(text), source, timestamp_s)
+    """Parse one scrape into a normalised snapshot (a :class:`ScrapeReader` reads many faster)."""
+    return ScrapeReader().read(text, source, timestamp_s)
 
 
 def parse_metric_lines(
     lines: Iterable[str], source: str, timestamp_s: float | None = None
 ) -> tuple[MetricSnapshot, list[Problem]]:
     """Parse one scrape, given line by line (a file or a stream), into a normalised snapshot."""
-    mapping = catalog.metric_map()
-    found = _read(lines, catalog_series_names(mapping), mapping.engine_prefixes)
-    problems: list[Problem] = []
-    if found.bad:
-        problems.append(Problem(source, f"{found.bad} malformed sample line{'s' if found.bad != 1 else ''} skipped"))
-    if found.dropped:
-        problems.append(
-            Problem(
-                source,
-                f"{found.dropped} samples of catalog series beyond the first {MAX_KEPT_SAMPLES} skipped "
-                "(a cardinality explosion?)",
-            )
-        )
-    engine = next((e for e in mapping.engine_prefixes if e in found.engines), None)
-    snap = snapshot(found.by_name, mapping, engine, source, timestamp_s, found.samples)
-    return snap, problems + unrecognised(snap)
+    return ScrapeReader().read_lines(lines, source, timestamp_s)
 
 
 def has_samples(text: str) -> bool:
     """True when ``text`` holds at least one Prometheus sample line (it stops at the first)."""
-    return any(_read((line,), frozenset(), {}).samples for line in lines_of(text))
+    return any(_read((line,), frozenset(), {}, {}, {}).samples for line in lines_of(text))
 
 
 def engine_of(names: Iterable[str], mapping: catalog.MetricMap) -> str | None:

@@ -9,10 +9,13 @@ lines to extract values, so the scanner only has to find a superset of the match
 
 from __future__ import annotations
 
+import platform
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
+
+from llmtriage import usercache
 
 hyperscan: Any
 try:
@@ -20,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - platforms without a Hyperscan wheel
     hyperscan = None
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 # A "line" longer than this (binary junk without newlines) is cut, so one chunk never grows unbounded.
 MAX_LINE_BYTES = 1 << 20
 
@@ -32,6 +35,8 @@ class LineMatch:
     line_no: int
     line: bytes
     pattern_ids: frozenset[int]
+    offset: int = 0
+    """Where the line starts in its :class:`Block`."""
 
 
 @dataclass(slots=True)
@@ -42,20 +47,31 @@ class ScanTotals:
     lines: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A run of whole lines of the stream: its bytes, the number of its first line, the lines that matched one of
+    the line-by-line patterns, and which of the bulk patterns occur in it (their lines are left to the caller)."""
+
+    data: bytes
+    line_base: int
+    hits: list[LineMatch]
+    bulk: frozenset[int]
+
+
 class _BlockMatcher(Protocol):
     def match_ends(self, block: bytes) -> list[tuple[int, int]]:
-        """(end offset, pattern index) of every match in ``block``."""
+        """(end offset, pattern index) of every match in ``block``; a bulk pattern's first match only."""
 
 
 class _HyperscanMatcher:
-    def __init__(self, patterns: Sequence[str]) -> None:
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(
-            expressions=[_to_hyperscan(p).encode("utf-8") for p in patterns],
-            ids=list(range(len(patterns))),
-            elements=len(patterns),
-            flags=[hyperscan.HS_FLAG_MULTILINE] * len(patterns),
-        )
+    def __init__(self, patterns: Sequence[str], bulk: frozenset[int]) -> None:
+        expressions = [_to_hyperscan(p).encode("utf-8") for p in patterns]
+        # A bulk pattern is reported once a block: whether it occurs is all the scan needs to know of it.
+        flags = [
+            hyperscan.HS_FLAG_MULTILINE | (hyperscan.HS_FLAG_SINGLEMATCH if i in bulk else 0)
+            for i in range(len(patterns))
+        ]
+        self._db = _database(expressions, flags)
 
     def match_ends(self, block: bytes) -> list[tuple[int, int]]:
         hits: list[tuple[int, int]] = []
@@ -67,12 +83,51 @@ class _HyperscanMatcher:
         return hits
 
 
+def _compile_database(expressions: list[bytes], flags: list[int]) -> Any:
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(expressions=expressions, ids=list(range(len(expressions))), elements=len(expressions), flags=flags)
+    return db
+
+
+def _database_key(expressions: list[bytes], flags: list[int]) -> str:
+    # A serialized database is only valid for the Hyperscan build and the platform that compiled it (another CPU
+    # generation shows as a scan error, below).
+    build = f"{hyperscan.__version__} {platform.machine()} {flags}".encode()
+    return usercache.key("hyperscan", build, *expressions)
+
+
+def _database(expressions: list[bytes], flags: list[int]) -> Any:
+    """The database for ``expressions``: the one an earlier run compiled and stored, else compiled (and stored) now.
+    Compiling the catalog's signatures takes ~140 ms, loading them well under 1 ms."""
+    entry = _database_key(expressions, flags)
+    serialized = usercache.read(entry)
+    if serialized is not None:
+        try:
+            db = hyperscan.loadb(serialized, hyperscan.HS_MODE_BLOCK)
+            db.scratch = hyperscan.Scratch(db)
+            db.scan(b"")
+            return db
+        except hyperscan.error:
+            pass  # another CPU's or build's database: compile and replace it
+    db = _compile_database(expressions, flags)
+    usercache.write(entry, hyperscan.dumpb(db))
+    return db
+
+
 class _RegexMatcher:
-    def __init__(self, patterns: Sequence[str]) -> None:
+    def __init__(self, patterns: Sequence[str], bulk: frozenset[int]) -> None:
         self._regexes = [re.compile(single_line(p).encode("utf-8"), re.MULTILINE) for p in patterns]
+        self._bulk = bulk
 
     def match_ends(self, block: bytes) -> list[tuple[int, int]]:
-        return [(m.end(), i) for i, rx in enumerate(self._regexes) for m in rx.finditer(block)]
+        ends: list[tuple[int, int]] = []
+        for i, rx in enumerate(self._regexes):
+            if i in self._bulk:
+                m = rx.search(block)
+                ends.extend(() if m is None else ((m.end(), i),))
+            else:
+                ends.extend((m.end(), i) for m in rx.finditer(block))
+        return ends
 
 
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
@@ -120,17 +175,31 @@ def single_line(pattern: str) -> str:
 
 
 class LineScanner:
-    """Finds the lines of a stream that match any of ``patterns``."""
+    """Finds the lines of a stream that match any of ``patterns``.
 
-    def __init__(self, patterns: Sequence[str], *, use_hyperscan: bool | None = None) -> None:
+    The patterns whose indices are in ``bulk`` (lines a log holds by the million: access and stats lines) are only
+    said to occur in a block, or not; the caller reads their lines from the block in one pass of its own, instead
+    of this scanner making an object of each.
+    """
+
+    def __init__(
+        self, patterns: Sequence[str], *, use_hyperscan: bool | None = None, bulk: frozenset[int] = frozenset()
+    ) -> None:
         wanted = hyperscan is not None if use_hyperscan is None else use_hyperscan
         if wanted and hyperscan is None:
             raise RuntimeError("hyperscan is not installed")
-        self._matcher: _BlockMatcher = _HyperscanMatcher(patterns) if wanted else _RegexMatcher(patterns)
+        self._bulk = bulk
+        self._matcher: _BlockMatcher = _HyperscanMatcher(patterns, bulk) if wanted else _RegexMatcher(patterns, bulk)
         self.engine = "hyperscan" if wanted else "re"
 
     def scan(self, stream: BinaryIO, totals: ScanTotals) -> Iterator[LineMatch]:
-        """Yield every matching line of ``stream`` in order; ``totals`` counts what was read."""
+        """Yield every line of ``stream`` that matched a pattern not in ``bulk``, in order; ``totals`` counts what
+        was read."""
+        for block in self.scan_blocks(stream, totals):
+            yield from block.hits
+
+    def scan_blocks(self, stream: BinaryIO, totals: ScanTotals) -> Iterator[Block]:
+        """Yield ``stream`` a block of whole lines at a time, in order; ``totals`` counts what was read."""
         carry = b""
         line_base = 1
         while True:
@@ -148,15 +217,21 @@ class LineScanner:
             block, carry = buf[:cut], buf[cut:]
             totals.bytes += len(block)
             if block:
-                yield from self._lines(block, line_base)
+                yield self._block(block, line_base)
                 newlines = block.count(b"\n")
                 line_base += newlines + (0 if block.endswith(b"\n") else 1)
             if not data:
                 totals.lines = line_base - 1
                 return
 
-    def _lines(self, block: bytes, line_base: int) -> Iterator[LineMatch]:
-        hits = self._matcher.match_ends(block)
+    def _block(self, block: bytes, line_base: int) -> Block:
+        ends = self._matcher.match_ends(block)
+        bulk = frozenset(i for _, i in ends if i in self._bulk)
+        if bulk:
+            ends = [hit for hit in ends if hit[1] not in bulk]
+        return Block(block, line_base, list(self._lines(block, line_base, ends)), bulk)
+
+    def _lines(self, block: bytes, line_base: int, hits: list[tuple[int, int]]) -> Iterator[LineMatch]:
         if not hits:
             return
         hits.sort()
@@ -177,4 +252,4 @@ class LineScanner:
             counted_to = start
             stop = block.find(b"\n", start)
             line = block[start : stop if stop != -1 else len(block)]
-            yield LineMatch(line_no=line_no, line=line, pattern_ids=frozenset(by_start[start]))
+            yield LineMatch(line_no=line_no, line=line, pattern_ids=frozenset(by_start[start]), offset=start)

@@ -28,10 +28,10 @@ from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import LlmtriageError
 from llmtriage.evidence.live import server_url
 from llmtriage.facts import Evidence, MetricsFacts
+from llmtriage.parse.prom import ScrapeReader
 from llmtriage.watch import gpu, http
 from llmtriage.watch.breach import STALL, Breach, Incident, IncidentTracker, breaches, stall_seconds
 from llmtriage.watch.endpoint import EndpointState, Event, Frame
-from llmtriage.watch.reader import SnapshotReader
 from llmtriage.watch.store import Store
 
 MIN_SCRAPE_TIMEOUT_S = 5.0
@@ -106,7 +106,7 @@ class Watcher:
         self.config = config
         self.on_update = on_update or (lambda _: None)
         self.nvml = nvml or Nvml()
-        self.reader = SnapshotReader()
+        self.reader = ScrapeReader()
         self.state = WatchState()
         retention_s = max(config.window_s, config.thresholds.stall_seconds) + 2 * config.interval_s
         keep = max(int(config.window_s / config.interval_s) + 2, 2)
