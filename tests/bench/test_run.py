@@ -16,6 +16,7 @@ import pytest
 
 from llmtriage import aio
 from llmtriage.bench import result, runner
+from llmtriage.bench.client import STALE_CONNECTION_ATTEMPTS
 from llmtriage.bench.model import Arrival, BenchConfig, Endpoint, RequestClass, RunOutcome
 from llmtriage.bench.summary import Summary
 
@@ -308,3 +309,17 @@ def test_broken_protocols_become_records(name: str, reply: bytes, kind: str) -> 
     assert all(r.error for r in outcome.records)
     if name == "html 502":
         assert s.errors[0].status == 502 and s.errors[0].message == "<html>upstream down</html>"
+
+
+def test_a_request_closed_unanswered_is_sent_again_a_bounded_number_of_times() -> None:
+    # What llama-server does to a kept-alive connection after a stream (tests/realllamacpp): read, close, no answer.
+    server = RawServer(b"")
+
+    async def scenario() -> tuple[RunOutcome, Summary]:
+        async with serving(server) as url:
+            return await bench(url, requests=2, concurrency=1, model="m")
+
+    outcome, s = run(scenario)
+    assert server.requests == 2 * STALE_CONNECTION_ATTEMPTS
+    assert s.completed == 0 and [e.kind for e in s.errors] == ["closed_mid_stream"]
+    assert all(r.status is None for r in outcome.records)

@@ -23,6 +23,8 @@ from llmtriage.bench.sse import StreamParser, clip
 
 MAX_ERROR_BODY_BYTES = 4096
 _MESSAGE_CHARS = 200
+# A request the server closed before answering is sent again on another connection, at most this often in all.
+STALE_CONNECTION_ATTEMPTS = 4
 
 
 def _short(text: str) -> str:
@@ -101,7 +103,18 @@ async def send(
     timing = _Timing()
     called = perf_counter()
     try:
-        kind, message, end = await _exchange(session, url, planned, headers, timing)
+        for attempt in range(1, STALE_CONNECTION_ATTEMPTS + 1):
+            try:
+                kind, message, end = await _exchange(session, url, planned, headers, timing)
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                # Closed before any answer: a kept-alive connection the server had already closed (llama-server
+                # closes after each stream though it announces Keep-Alive). Nothing was served: send it again.
+                if timing.status is not None or isinstance(e, aiohttp.ClientConnectorError):
+                    raise
+                if attempt == STALE_CONNECTION_ATTEMPTS:
+                    raise
+                timing = _Timing()
     except asyncio.CancelledError:
         kind, message, end = INTERRUPTED, "cut short: the run was stopped", perf_counter()
     except aiohttp.ClientConnectorError as e:

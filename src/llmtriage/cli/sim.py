@@ -1,4 +1,4 @@
-"""``llmtriage sim``: a vLLM-like server with fault injection."""
+"""``llmtriage sim``: a vLLM-like server with fault injection, or a llama.cpp ``llama-server``-like one."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from llmtriage.capacity import resolve_gpu, resolve_model
 from llmtriage.cli.app import app
 from llmtriage.errors import UsageError
 from llmtriage.sim.faults import parse_fault
+from llmtriage.sim.llamacpp import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, N_BATCH
 from llmtriage.sim.memory import EngineArgs
 from llmtriage.sim.server import SimConfig, SimServer
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+ENGINES = ("vllm", "llama_cpp")
 
 
 @app.command()
@@ -60,18 +62,47 @@ def sim(
     log_file: Annotated[Path | None, typer.Option(help="Also write the vLLM-format log to this file.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Do not echo the log on stdout.")] = False,
     startup_seconds: Annotated[float, typer.Option(help="Simulated time the engine takes to start.")] = 20.0,
+    engine: Annotated[
+        str, typer.Option(help="vllm, or llama_cpp: llama-server's /metrics, /health, /slots, errors and log lines.")
+    ] = "vllm",
+    ctx_size: Annotated[
+        int,
+        typer.Option("--ctx-size", "-c", help=f"llama_cpp: -c, the KV cache in tokens (default {DEFAULT_CTX_SIZE})."),
+    ] = DEFAULT_CTX_SIZE,
+    parallel: Annotated[
+        int | None,
+        typer.Option(
+            help=f"llama_cpp: --parallel, the slots; each holds -c / N (default {DEFAULT_PARALLEL} slots sharing all "
+            "of -c, llama-server's unified KV cache)."
+        ),
+    ] = None,
 ) -> None:
     """Serve an OpenAI-compatible API that behaves like vLLM's V1 engine on the given model and GPU.
 
     Continuous batching, paged KV cache (block 16), chunked prefill, prefix caching, preemption, a roofline
     step time; /metrics with vLLM's names, /health, /version, /v1/models, and /llmtriage/gpu (NVML-like).
+    With --engine llama_cpp it answers as llama.cpp's llama-server does: --parallel slots of --ctx-size, /metrics
+    with the llamacpp: series, /health, /slots, the 400 of a prompt over a slot's context, and llama.cpp's log
+    lines (the vLLM options other than --model and --gpu, and --fault, are vLLM's only).
     Exits 1 when vLLM would fail to start (the log says why), or after the engine dies.
     """
     if speed <= 0:
         raise UsageError("--speed must be positive")
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: unknown", "vllm or llama_cpp")
+    if engine == "llama_cpp" and fault:
+        raise UsageError("--fault is for the vLLM personality", "leave out --fault with --engine llama_cpp")
+    slots = parallel if parallel is not None else DEFAULT_PARALLEL
+    if ctx_size < 1 or slots < 1 or ctx_size < slots:
+        raise UsageError("--ctx-size and --parallel must be positive, with at least one token per slot")
     if not 0 <= eos_probability <= 1:
         raise UsageError("--eos-probability must be in [0, 1]")
     model_spec = resolve_model(model)
+    kv_unified = parallel is None
+    if engine == "llama_cpp":
+        # A slot is a running request; a prompt is processed N_BATCH tokens per decode.
+        max_model_len = ctx_size if kv_unified else ctx_size // slots
+        max_num_seqs, max_num_batched_tokens, enable_chunked_prefill = slots, N_BATCH, True
     args = EngineArgs(
         max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization,
@@ -114,6 +145,10 @@ def sim(
         echo=not quiet,
         startup_seconds=startup_seconds,
         non_default_args=non_default,
+        engine=engine,
+        ctx_size=ctx_size,
+        parallel=slots,
+        kv_unified=kv_unified,
     )
     code = aio.run(SimServer(config).serve())
     raise typer.Exit(code)

@@ -15,6 +15,7 @@ from llmtriage.errors import UnavailableError
 from llmtriage.evidence.live import health_status
 
 DEFAULT_IMAGE = "vllm/vllm-openai:latest"
+DEFAULT_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 CONTAINER_PORT = 8000
 DOCKER_TIMEOUT_S = 60
 

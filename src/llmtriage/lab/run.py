@@ -28,6 +28,7 @@ from llmtriage.evidence.bundle import read_evidence
 from llmtriage.lab.scenarios import Plan, Scenario
 from llmtriage.lab.targets import (
     DockerTarget,
+    LlamaCppCpuTarget,
     Server,
     ServerSettings,
     SimServer,
@@ -37,6 +38,7 @@ from llmtriage.lab.targets import (
     VllmCpuTarget,
 )
 from llmtriage.report import html as html_report
+from llmtriage.report.bench import read_bundle_bench
 from llmtriage.slo import parse_slo
 from llmtriage.urls import check_url
 
@@ -107,7 +109,7 @@ def run_scenario(
     evidence = read_evidence(bundle)
     result = diagnose(evidence, thresholds)
     (folder / "diagnosis.json").write_text(strict_json.dumps(result.to_dict()))
-    (folder / "report.html").write_text(html_report.build(result, evidence, thresholds=thresholds))
+    (folder / "report.html").write_text(html_report.build(result, evidence, read_bundle_bench(bundle), thresholds))
     outcome = _judge(scenario, target, plan, folder, result, time.monotonic() - started)
     (folder / "summary.json").write_text(strict_json.dumps(outcome.to_dict()))
     (folder / "summary.md").write_text(summary_markdown(scenario, outcome, result))
@@ -266,13 +268,17 @@ def summary_markdown(scenario: Scenario, outcome: Outcome, result: Diagnosis) ->
 
 
 def make_target(name: str, cache: Path, speed: float, model: str) -> Target:
-    """A target by its --target value: sim, vllm-cpu, docker, or the URL of a server already up."""
+    """A target by its --target value: sim, vllm-cpu, llamacpp-cpu, docker, or the URL of a server already up."""
     if name == "sim":
         return SimTarget(speed=speed)
     if name == "vllm-cpu":
         return VllmCpuTarget(cache=cache)
+    if name == "llamacpp-cpu":
+        return LlamaCppCpuTarget(cache=cache)
     if name == "docker":
         return DockerTarget(model=model)
     if "://" not in name:
-        raise UsageError(f"--target {name!r}: unknown", "sim, vllm-cpu, docker, or the URL of a running server")
+        raise UsageError(
+            f"--target {name!r}: unknown", "sim, vllm-cpu, llamacpp-cpu, docker, or the URL of a running server"
+        )
     return UrlTarget(base_url=check_url(name.strip(), "--target").rstrip("/"))

@@ -60,6 +60,9 @@ class Scenario:
 
 _8B_H100 = ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192")
 _LONG_PROMPTS = (RequestClass("long", 12000, 64, 1.0),)
+_OVER_CONTEXT = (RequestClass("long", 12000, 16, 1.0), RequestClass("short", 400, 16, 3.0))
+# One slot holding the tiny GGUF's whole context; spare HTTP threads so /metrics answers while requests wait.
+_LLAMACPP_ONE_SLOT = ("-c", "4096", "--parallel", "1", "--threads-http", "32")
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
@@ -97,6 +100,10 @@ SCENARIOS: tuple[Scenario, ...] = (
                     "a CPU backend shows the KV cache check, not a GPU memory holder",
                 ),
             ),
+        },
+        cannot_show={
+            "llamacpp-cpu": "llama-server on a CPU has no GPU memory for another process to hold, and no KV check at "
+            "start: it allocates -c as asked (its failed starts are recorded in tests/fixtures/llamacpp-cpu)",
         },
     ),
     Scenario(
@@ -140,6 +147,17 @@ SCENARIOS: tuple[Scenario, ...] = (
                     "slow_ttft",
                     ("kv_pressure_preemption",),
                     "the boundary: vLLM's scheduler queues and preempts instead of running out of memory",
+                ),
+            ),
+            "llamacpp-cpu": Plan(
+                # 4 slots sharing 256 KV cells: 4 requests of ~100 + 150 tokens at once cannot all fit.
+                servers=(ServerSettings(llamacpp_cpu_flags=("-c", "256", "--parallel", "4", "--kv-unified")),),
+                load=LoadShape(concurrency=4, requests=8, classes=(RequestClass("long", 100, 150, 1.0),)),
+                expected=Expected(
+                    "runtime_oom",
+                    ("concurrency_exceeds_kv_pool",),
+                    "llama-server does not crash: the shared KV cache runs out and the active requests get HTTP 500 "
+                    "'Context size has been exceeded.'",
                 ),
             ),
         },
@@ -189,6 +207,59 @@ SCENARIOS: tuple[Scenario, ...] = (
                 slo="ttft_p95=50ms",
                 expected=Expected("slow_ttft", ("prefill_congestion",), "the tiny model's TTFT SLO is scaled down"),
             ),
+            "llamacpp-cpu": Plan(
+                servers=(ServerSettings(llamacpp_cpu_flags=_LLAMACPP_ONE_SLOT),),
+                load=LoadShape(
+                    concurrency=8,
+                    requests=96,
+                    classes=(RequestClass("long", 3500, 16, 1.0), RequestClass("short", 100, 16, 3.0)),
+                ),
+                # Measured here with these flags: a short prompt alone 1.5 ms to the first token, 8 short ones
+                # queued 22-40 ms at p95, a long one alone 177 ms; the mix 640-835 ms at p95 (short ones 430 ms
+                # at the median). 250 ms is breached only when short prompts wait behind long prefills.
+                slo="ttft_p95=250ms",
+                expected=Expected(
+                    "slow_ttft",
+                    ("queueing_over_capacity",),
+                    "llama.cpp's /metrics has no prompt-length histogram: with one slot the jam shows as short "
+                    "requests deferred behind the long prefills (llamacpp:requests_deferred), fixed by more slots",
+                ),
+            ),
+        },
+    ),
+    Scenario(
+        name="context-overflow",
+        title="Context overflow: prompts longer than the context the server holds",
+        plans={
+            "sim": Plan(
+                servers=(
+                    ServerSettings(
+                        flags=("--max-model-len", "2048"),
+                        sim_flags=("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L40S"),
+                    ),
+                ),
+                load=LoadShape(
+                    concurrency=4,
+                    requests=48,
+                    classes=(RequestClass("long", 12000, 16, 1.0), RequestClass("short", 400, 64, 3.0)),
+                ),
+                expected=Expected("request_rejected", ("prompt_exceeds_max_model_len",)),
+            ),
+            "vllm-cpu": Plan(
+                servers=(ServerSettings(vllm_cpu_flags=("--max-model-len", "1024", "--enforce-eager")),),
+                load=LoadShape(concurrency=4, requests=16, classes=_OVER_CONTEXT),
+                expected=Expected("request_rejected", ("prompt_exceeds_max_model_len",)),
+            ),
+            "llamacpp-cpu": Plan(
+                # One slot of 256 tokens: a 400-character prompt (~400 tokens) is refused with a 400.
+                servers=(ServerSettings(llamacpp_cpu_flags=("-c", "256", "--parallel", "1")),),
+                load=LoadShape(
+                    concurrency=2,
+                    requests=16,
+                    classes=(RequestClass("long", 400, 8, 1.0), RequestClass("short", 100, 8, 3.0)),
+                ),
+                expected=Expected("request_rejected", ("prompt_exceeds_max_model_len",)),
+            ),
         },
     ),
     Scenario(
@@ -215,6 +286,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         },
         cannot_show={
             "vllm-cpu": "a CPU has no GPU clocks or clocks event reasons to throttle",
+            "llamacpp-cpu": "a CPU has no GPU clocks or clocks event reasons to throttle",
             "gpu": "throttling cannot be provoked from software; watch a real GPU under load instead",
         },
     ),

@@ -1,7 +1,9 @@
-"""Where the lab runs its scenarios: the simulator, a real vLLM on the CPU, Docker, or a server already up.
+"""Where the lab runs its scenarios: the simulator, a real vLLM or llama.cpp on the CPU, Docker, or a server
+already up.
 
-A target starts servers with a scenario's settings (vLLM's flag names) and stops what it started; each server
-exposes its base URL, its log file and, when the lab started it, its process.
+A target starts servers with a scenario's settings (vLLM's flag names, or llama-server's own for llamacpp-cpu)
+and stops what it started; each server exposes its base URL, its log file and, when the lab started it, its
+process.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from typing import Protocol
 from llmtriage.errors import UnavailableError, UsageError
 from llmtriage.evidence.live import health_status
 from llmtriage.lab.docker import DEFAULT_IMAGE, DockerContainer, docker_engine_problem, run_command
-from llmtriage.lab.vllm_cpu import VllmCpuServer, ensure_tiny_model, ensure_venv, free_port
+from llmtriage.lab.llamacpp_cpu import LlamaServer, ensure_llama_server, ensure_tiny_gguf
+from llmtriage.lab.process import free_port
+from llmtriage.lab.vllm_cpu import VllmCpuServer, ensure_tiny_model, ensure_venv
 
 READY_POLL_S = 0.1
 # A server the lab did not start: how long it may take to accept a connection, then to answer /health 200.
@@ -90,11 +94,13 @@ def check_reachable(url: str, deadline_s: float = CONNECT_DEADLINE_S, progress: 
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """One server of a scenario: vLLM engine flags, plus what only some targets can do."""
+    """One server of a scenario: vLLM engine flags, plus what only some targets can do (llama-server takes only
+    ``llamacpp_cpu_flags``: its flags are not vLLM's)."""
 
     flags: tuple[str, ...] = ()
     sim_flags: tuple[str, ...] = ()
     vllm_cpu_flags: tuple[str, ...] = ()
+    llamacpp_cpu_flags: tuple[str, ...] = ()
     kv_cache_space_gib: int | None = 1
 
 
@@ -245,6 +251,7 @@ class VllmCpuTarget:
 
     cache: Path
     name: str = "vllm-cpu"
+    progress: Callable[[str], None] = _quiet  # hears the first start's install, which takes minutes
     _python: Path | None = None
     _model: Path | None = None
 
@@ -255,8 +262,8 @@ class VllmCpuTarget:
     def start(self, settings: ServerSettings, log_path: Path) -> Server:
         """A real vLLM process."""
         if self._python is None:
-            self._python = ensure_venv(self.cache)
-            self._model = ensure_tiny_model(self.cache, self._python)
+            self._python = ensure_venv(self.cache, self.progress)
+            self._model = ensure_tiny_model(self.cache, self._python, self.progress)
         assert self._model is not None
         server = VllmCpuServer(
             python=self._python,
@@ -265,6 +272,32 @@ class VllmCpuTarget:
             log_path=log_path,
             args=(*settings.flags, *settings.vllm_cpu_flags),
             kv_cache_space_gib=settings.kv_cache_space_gib,
+        )
+        return server.start()
+
+
+@dataclass
+class LlamaCppCpuTarget:
+    """A real llama.cpp ``llama-server`` (CPU build) serving the tiny generated GGUF."""
+
+    cache: Path
+    name: str = "llamacpp-cpu"
+    progress: Callable[[str], None] = _quiet  # hears the first start's build, which takes minutes
+    _binary: Path | None = None
+    _model: Path | None = None
+
+    def can_start(self) -> str | None:
+        """Always (the first start builds llama-server into the cache)."""
+        return None
+
+    def start(self, settings: ServerSettings, log_path: Path) -> Server:
+        """A real llama-server process with the scenario's llama-server flags."""
+        if self._binary is None:
+            self._binary = ensure_llama_server(self.cache, self.progress)
+            self._model = ensure_tiny_gguf(self.cache)
+        assert self._model is not None
+        server = LlamaServer(
+            binary=self._binary, model=self._model, log_path=log_path, args=settings.llamacpp_cpu_flags
         )
         return server.start()
 

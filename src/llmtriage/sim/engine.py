@@ -12,6 +12,7 @@ import math
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from llmtriage.capacity import GpuSpec, ModelSpec
 from llmtriage.capacity.weights import active_params
@@ -169,6 +170,22 @@ class GpuState:
     other_process_gib: float = 0.0
 
 
+class Observer(Protocol):
+    """What an engine personality hears (llama.cpp's slots, counters and log lines)."""
+
+    def started(self, req: SimRequest, now: float) -> None:
+        """``req`` was scheduled for the first time."""
+
+    def finished(self, req: SimRequest, now: float) -> None:
+        """``req`` ended (any reason)."""
+
+    def stepped(self, busy_slots: int, running: int, waiting: int) -> None:
+        """One step ran with ``busy_slots`` requests in it."""
+
+    def queued(self, running: int, waiting: int) -> None:
+        """The queue changed outside a step."""
+
+
 class Engine:
     """The scheduler loop."""
 
@@ -218,6 +235,7 @@ class Engine:
         self.prefix_hits_total = 0
         self._step_prefix_queries = 0
         self._step_prefix_hits = 0
+        self.observer: Observer | None = None
 
     # ------------------------------------------------------------ clock
 
@@ -241,6 +259,8 @@ class Engine:
         """Queue a request."""
         request.arrival_s = self.now()
         self.waiting.append(request)
+        if self.observer is not None:
+            self.observer.queued(len(self.running), len(self.waiting))
         self.metrics.request_params_n.observe(1)
         self.metrics.request_params_max_tokens.observe(request.max_tokens)
         self.metrics.request_max_tokens.observe(request.max_tokens)
@@ -256,6 +276,8 @@ class Engine:
             self.running.remove(request)
         self._finish(request, "abort", self.now())
         self._publish_gauges()
+        if self.observer is not None:
+            self.observer.queued(len(self.running), len(self.waiting))
 
     # ------------------------------------------------------------ scheduling
 
@@ -298,6 +320,8 @@ class Engine:
             if req.scheduled_s is None:
                 req.scheduled_s = self.now()
                 self.metrics.queue_time.observe(req.scheduled_s - req.arrival_s)
+                if self.observer is not None:
+                    self.observer.started(req, req.scheduled_s)
             self.running.append(req)
             batch.append((req, new))
             budget -= new
@@ -397,6 +421,8 @@ class Engine:
             self._forget_busy_before(end - UTILIZATION_WINDOW_S)
             self._complete(batch, end)
             self._publish_gauges()
+            if self.observer is not None:
+                self.observer.stepped(len(batch), len(self.running), len(self.waiting))
 
     async def _wait_for_work(self) -> None:
         timeout = None
@@ -484,6 +510,8 @@ class Engine:
         metrics.request_prompt_tokens.observe(req.prompt_tokens)
         metrics.request_generation_tokens.observe(req.output)
         metrics.request_preemptions.observe(req.preemptions)
+        if self.observer is not None:
+            self.observer.finished(req, now)
         req.stream.push(req.output, reason)
 
     def _publish_gauges(self) -> None:

@@ -1,4 +1,5 @@
-"""The simulator's OpenAI-compatible HTTP server (aiohttp), startup sequence and shutdown, as vLLM 0.32 does them."""
+"""The simulator's OpenAI-compatible HTTP server (aiohttp), startup sequence and shutdown, as vLLM 0.32 does them,
+or as llama.cpp's llama-server does (engine ``llama_cpp``: sim/llamacpp.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from llmtriage.capacity.gpu import find_gpu
 from llmtriage.sim import text
 from llmtriage.sim.engine import Engine, SimRequest, TokenStream
 from llmtriage.sim.faults import Fault
+from llmtriage.sim.llamacpp import LOADING_BODY, LlamaCppPersonality, LlamaLog, context_error
 from llmtriage.sim.memory import VLLM_SITE, VLLM_VERSION, EngineArgs, MemoryPlan, plan
 from llmtriage.sim.metrics import SimMetrics
 from llmtriage.sim.vlog import VllmLog
@@ -52,6 +54,10 @@ class SimConfig:
     startup_seconds: float = 20.0
     exit_after_death_s: float = 2.0
     non_default_args: dict[str, Any] = field(default_factory=dict)
+    engine: str = "vllm"  # or llama_cpp
+    ctx_size: int = 4096  # llama_cpp: -c
+    parallel: int = 4  # llama_cpp: --parallel (slots)
+    kv_unified: bool = True  # llama_cpp: every slot may use all of -c (its default without --parallel)
 
 
 def _error_body(message: str, kind: str, code: int, param: str | None = None) -> dict[str, Any]:
@@ -61,9 +67,16 @@ def _error_body(message: str, kind: str, code: int, param: str | None = None) ->
 class BadRequest(Exception):
     """A request vLLM would answer with an OpenAI-style error."""
 
-    def __init__(self, message: str, kind: str = "BadRequestError", code: int = 400, param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        kind: str = "BadRequestError",
+        code: int = 400,
+        param: str | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.body = _error_body(message, kind, code, param)
+        self.body = body or _error_body(message, kind, code, param)
         self.code = code
 
 
@@ -72,7 +85,20 @@ class SimServer:
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.log = VllmLog(config.log_file, config.echo)
+        self.llama: LlamaCppPersonality | None = None
+        if config.engine == "llama_cpp":
+            self.log = VllmLog(None, echo=False)  # llama-server prints none of vLLM's lines
+            self.llama = LlamaCppPersonality(
+                LlamaLog(config.log_file, config.echo),
+                model_path=config.model.name,
+                n_ctx=config.ctx_size,
+                parallel=config.parallel,
+                kv_unified=config.kv_unified,
+                host=config.host,
+                port=config.port,
+            )
+        else:
+            self.log = VllmLog(config.log_file, config.echo)
         other = sum(f.number("memory_gib", 8.0) for f in config.faults if f.name == "other-process" and f.onset_s == 0)
         self.memory: MemoryPlan = plan(config.model, config.gpu, config.args, other)
         self.metrics = SimMetrics(config.served_model_name, self.memory.max_model_len, self._cache_config())
@@ -122,6 +148,10 @@ class SimServer:
         """Print vLLM's startup, apply its memory checks; False (and an exit code) when it would not start."""
         cfg = self.config
         log = self.log
+        if self.llama is not None:
+            await asyncio.sleep(cfg.startup_seconds / cfg.speed)
+            self.llama.startup()
+            return True
         self._banner()
         if self.memory.error == "max_model_len_exceeds_model":
             self._config_failure()
@@ -225,8 +255,24 @@ class SimServer:
 
     # ------------------------------------------------------------ requests
 
+    def _validate_llama(self, body: dict[str, Any], prompt_tokens: int, llama: LlamaCppPersonality) -> int:
+        """llama-server's checks: any model name is served; a prompt over the slot's context is a 400; generation
+        stops at the slot's context."""
+        n_ctx = llama.n_ctx_slot
+        if prompt_tokens > n_ctx:
+            message, error = context_error(prompt_tokens, n_ctx)
+            llama.rejected(message)
+            raise BadRequest(message, body=error)
+        requested = body.get("max_tokens", body.get("n_predict"))
+        if requested is not None and (isinstance(requested, bool) or not isinstance(requested, int)):
+            raise BadRequest(f"max_tokens must be an integer, got {requested!r}.", param="max_tokens")
+        room = max(1, n_ctx - prompt_tokens)
+        return room if requested is None or requested < 0 else max(1, min(requested, room))
+
     def _validate(self, body: dict[str, Any], prompt_tokens: int) -> int:
         """vLLM 0.32's checks: the model name, the context limit, max_tokens; returns the max_tokens to use."""
+        if self.llama is not None:
+            return self._validate_llama(body, prompt_tokens, self.llama)
         name = body.get("model")
         if name is not None and name != self.config.served_model_name:
             raise BadRequest(
@@ -456,10 +502,16 @@ class SimServer:
         )
 
     async def health(self, request: web.Request) -> web.Response:
-        """GET /health: 200 while the engine lives (a stalled engine too), 503 once it died."""
-        if self.engine is None or self.engine.dead is not None:
-            return web.Response(status=503)
-        return web.Response(status=200)
+        """GET /health: 200 while the engine lives (a stalled engine too), 503 once it died; llama-server's JSON."""
+        alive = self.engine is not None and self.engine.dead is None
+        if self.llama is not None:
+            return web.json_response({"status": "ok"} if alive else LOADING_BODY, status=200 if alive else 503)
+        return web.Response(status=200 if alive else 503)
+
+    async def slots(self, request: web.Request) -> web.Response:
+        """GET /slots (llama_cpp)."""
+        assert self.llama is not None
+        return web.json_response(self.llama.slots_json())
 
     async def version(self, request: web.Request) -> web.Response:
         """GET /version."""
@@ -467,6 +519,8 @@ class SimServer:
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         """GET /metrics."""
+        if self.llama is not None:
+            return web.Response(text=self.llama.metrics_text(), content_type="text/plain", charset="utf-8")
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
     async def gpu_telemetry(self, request: web.Request) -> web.Response:
@@ -568,6 +622,8 @@ class SimServer:
         application.router.add_get("/version", self.version)
         application.router.add_get("/metrics", self.metrics_endpoint)
         application.router.add_get("/llmtriage/gpu", self.gpu_telemetry)
+        if self.llama is not None:
+            application.router.add_get("/slots", self.slots)
         return application
 
     def _bind(self) -> socket.socket | None:
@@ -578,7 +634,9 @@ class SimServer:
             sock.bind((cfg.host, cfg.port))
         except OSError as e:
             sock.close()
-            if e.errno == errno.EADDRINUSE:
+            if self.llama is not None:
+                self.llama.bind_failed()
+            elif e.errno == errno.EADDRINUSE:
                 self.log.raw("Traceback (most recent call last):")
                 self.log.raw(f'  File "{VLLM_SITE}/entrypoints/launchers/api_server/entry.py", line 171, in run_server')
                 self.log.raw("    sock = create_server_socket(listen_address)")
@@ -601,6 +659,7 @@ class SimServer:
             sock.close()
             return self.exit_code
         self.engine = Engine(cfg.model, cfg.gpu, cfg.args, self.memory, cfg.faults, self.metrics, self.log, cfg.speed)
+        self.engine.observer = self.llama
         died = asyncio.Event()
         self.engine.on_death.append(died)
         runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
@@ -632,4 +691,7 @@ class SimServer:
             task.cancel()
         await runner.cleanup()
         self.log.close()
+        if self.llama is not None:
+            self.llama.shutdown()
+            self.llama.log.close()
         return self.exit_code

@@ -120,8 +120,9 @@ class EndpointState:
         return events
 
     def _track_tokens(self, previous: MetricSnapshot | None, snap: MetricSnapshot, now_s: float) -> None:
-        generated = snap.counters.get("generation_tokens")
-        if previous is None or generated != previous.counters.get("generation_tokens"):
+        if previous is None or any(
+            snap.counters.get(name) != previous.counters.get(name) for name in ("generation_tokens", "decode_steps")
+        ):
             self.last_token_move_s = now_s
         busy = (snap.gauges.get("running") or 0.0) + (snap.gauges.get("waiting") or 0.0) > 0
         if not busy:

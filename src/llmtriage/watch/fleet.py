@@ -314,11 +314,13 @@ def stalled_tail(snaps: list[MetricSnapshot], stall_s: float) -> list[MetricSnap
     """The trailing scrapes over which requests ran or waited and no token was generated, when they span at least
     ``stall_s``: a stall that began inside the window, which the whole window's token delta would hide."""
     last = snaps[-1]
-    generated = last.counters.get("generation_tokens")
-    if generated is None or (last.gauges.get("running") or 0.0) + (last.gauges.get("waiting") or 0.0) <= 0:
+    if "generation_tokens" not in last.counters:
         return None
+    if (last.gauges.get("running") or 0.0) + (last.gauges.get("waiting") or 0.0) <= 0:
+        return None
+    moving = ("generation_tokens", "decode_steps")
     start = len(snaps) - 1
-    while start > 0 and snaps[start - 1].counters.get("generation_tokens") == generated:
+    while start > 0 and all(snaps[start - 1].counters.get(n) == last.counters.get(n) for n in moving):
         start -= 1
     first_s, last_s = snaps[start].timestamp_s, last.timestamp_s
     if first_s is None or last_s is None or last_s - first_s < stall_s:
