@@ -33,10 +33,10 @@ from llmtriage.capture import CapturePlan, GpuMode, LogFile, capture
 from llmtriage.capture import writer as capture_writer
 from llmtriage.capture.runner import ReplayRunner
 from llmtriage.cli import bench as bench_cli
-from llmtriage.cli.report import bench_run as report_bench_run
 from llmtriage.errors import UnavailableError, UsageError
 from llmtriage.evidence.bundle import read_evidence
 from llmtriage.lab import targets
+from llmtriage.report.bench import read_bundle_bench as report_bench_run
 
 from .conftest import REPO, llmtriage
 

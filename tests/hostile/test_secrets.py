@@ -446,7 +446,7 @@ def test_diagnose_json_shows_no_secret(bundle: Path) -> None:
 def test_report_shows_no_secret(bundle: Path, tmp_path: Path) -> None:
     page = tmp_path / "page.html"
     result = llmtriage("report", str(bundle), "-o", str(page), "--no-runbook")
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 0, result.stderr  # the page was written
     text = html.unescape(page.read_text())
     assert leaks(text) == [] and leaks(result.stdout + result.stderr) == []
     # The launch configuration is shown: environment and flags, secrets replaced, look-alikes as they were.

@@ -61,6 +61,33 @@ DOM_PROBE = """JSON.stringify({
 })"""
 
 
+# How the page lays out (after render): what a person sees on the first screen, whether anything is wider than the
+# screen, and what the charts and evidence lists hold as drawn.
+LAYOUT_PROBE = """JSON.stringify((() => {
+  const box = sel => { const e = document.querySelector(sel); if (!e) return null;
+    const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom}; };
+  const vertices = d => (d.match(/[ML]/g) || []).length;
+  const charts = Array.from(document.querySelectorAll("svg.chart")).map(svg => {
+    const solid = Array.from(svg.querySelectorAll("path.line")).filter(p => !p.hasAttribute("stroke-dasharray"));
+    const drawn = solid.length ? Math.max(...solid.map(p => vertices(p.getAttribute("d"))))
+                               : svg.querySelectorAll("circle").length;
+    return {label: svg.getAttribute("aria-label"), points: drawn, cdf: svg.dataset.kind === "cdf",
+            x0: svg.dataset.x0 || null, x1: svg.dataset.x1 || null,
+            ticks: Array.from(svg.querySelectorAll("text.xt")).map(t => t.textContent),
+            events: Array.from(svg.querySelectorAll("text.et")).map(t => t.textContent)};
+  });
+  const lists = Array.from(document.querySelectorAll(".cause ul.ev, ol.path > li")).map(list =>
+    Array.from(list.querySelectorAll(":scope > li, :scope > .why")).map(li => li.innerText.trim()));
+  const body = getComputedStyle(document.body).color;
+  const dimmed = Array.from(document.querySelectorAll(".cause ul.ev li, ol.path .why, .note")).filter(e => {
+    const s = getComputedStyle(e); return s.color !== body || parseFloat(s.opacity) < 1; }).length;
+  return {width: window.innerWidth, height: window.innerHeight, scroll_width: document.documentElement.scrollWidth,
+          verdict: box("#verdict .cls"), first_fix: box("#verdict .fix1"), cause: box("#verdict strong"),
+          charts: charts, evidence_lists: lists, dimmed: dimmed,
+          sparse: Array.from(document.querySelectorAll("p.sparse")).map(p => p.innerText)};
+})())"""
+
+
 @dataclass
 class PageReport:
     """What loading one page did (``console_errors``: console and log entries at error or warning level)."""
@@ -69,6 +96,7 @@ class PageReport:
     exceptions: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
     dom: dict[str, Any] = field(default_factory=dict)
+    layout: dict[str, Any] = field(default_factory=dict)
     screenshot_png: bytes = b""
 
 
@@ -112,7 +140,7 @@ class _Session:
         return future
 
 
-async def _load(ws_url: str, url: str) -> PageReport:
+async def _load(ws_url: str, url: str, viewport: tuple[int, int]) -> PageReport:
     report = PageReport()
     async with aiohttp.ClientSession() as http, http.ws_connect(ws_url, max_msg_size=0) as ws:
         cdp = _Session(ws)
@@ -122,8 +150,8 @@ async def _load(ws_url: str, url: str) -> PageReport:
             session = (await cdp.call("Target.attachToTarget", {"targetId": target, "flatten": True}))["sessionId"]
             for domain in ("Page", "Runtime", "Log", "Network"):
                 await cdp.call(f"{domain}.enable", session=session)
-            width, height = VIEWPORT
-            metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+            width, height = viewport
+            metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600}
             await cdp.call("Emulation.setDeviceMetricsOverride", metrics, session=session)
             loaded = cdp.expect("Page.loadEventFired")
             await cdp.call("Page.navigate", {"url": url}, session=session)
@@ -132,6 +160,10 @@ async def _load(ws_url: str, url: str) -> PageReport:
                 "Runtime.evaluate", {"expression": DOM_PROBE, "returnByValue": True}, session=session
             )
             report.dom = json.loads(probe["result"]["value"])
+            layout = await cdp.call(
+                "Runtime.evaluate", {"expression": LAYOUT_PROBE, "returnByValue": True}, session=session
+            )
+            report.layout = json.loads(layout["result"]["value"])
             shot = await cdp.call(
                 "Page.captureScreenshot",
                 {"format": "png", "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 0.5}},
@@ -155,8 +187,9 @@ async def _load(ws_url: str, url: str) -> PageReport:
     return report
 
 
-def load_page(path: Path) -> PageReport:
-    """Open ``path`` in a fresh headless chromium and report what happened; requests other than the page's own."""
+def load_page(path: Path, viewport: tuple[int, int] = VIEWPORT) -> PageReport:
+    """Open ``path`` in a fresh headless chromium with a screen of ``viewport`` (width, height) CSS pixels and
+    report what happened; requests other than the page's own."""
     if CHROMIUM is None:
         raise RuntimeError("chromium is not installed (make dev installs it: scripts/ensure-debian-packages.sh)")
     url = path.resolve().as_uri()
@@ -171,7 +204,7 @@ def load_page(path: Path) -> PageReport:
         )
         try:
             ws_url = _devtools_url(proc)
-            report = asyncio.run(_load(ws_url, url))
+            report = asyncio.run(_load(ws_url, url, viewport))
         finally:
             try:
                 proc.wait(timeout=10)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from llmtriage.cli.report import bench_run
 from llmtriage.diagnose.engine import diagnose
 from llmtriage.diagnose.model import Diagnosis
 from llmtriage.evidence.bundle import read_evidence
 from llmtriage.facts import Evidence
 from llmtriage.report import html
+from llmtriage.report.bench import read_bundle_bench
 
 from ..bench.servers import Behaviour, StreamServer, in_thread
 from . import series
@@ -40,7 +40,7 @@ def render(bundle: Path) -> Rendered:
     """What ``llmtriage report BUNDLE --no-runbook`` builds, without a process."""
     evidence = read_evidence(bundle)
     diagnosis = diagnose(evidence)
-    return Rendered(bundle, evidence, diagnosis, html.build(diagnosis, evidence, bench_run(bundle)))
+    return Rendered(bundle, evidence, diagnosis, html.build(diagnosis, evidence, read_bundle_bench(bundle)))
 
 
 def run_bench(bundle: Path, label: str = "c8") -> Path:

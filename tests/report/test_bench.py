@@ -5,10 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
-from llmtriage.report.bench import read_bench
+from llmtriage.report import html
+from llmtriage.report.bench import read_bench, read_bundle_bench
 from llmtriage.report.markup import esc
 
 from .conftest import Rendered
@@ -83,3 +86,48 @@ def test_bad_files_become_problems(surge: Rendered) -> None:
 def test_a_planted_label_is_text(planted: Rendered) -> None:
     bench = planted.page[planted.page.index('id="bench"') : planted.page.index('id="missing"')]
     assert esc("<script>") in bench and "<script" not in bench
+
+
+def test_every_measured_request_is_kept_with_when_it_was_sent(surge: Rendered) -> None:
+    rows = _rows((surge.bundle / "bench" / "requests.csv").read_text())
+    measured = [r for r in rows if r["warmup"] == "0"]
+    measured[3]["error_kind"] = "stream_error"
+    run = read_bench(None, "bench/result.json", _csv(rows), "bench/requests.csv")
+    assert run is not None
+    assert [r.sent_s for r in run.requests] == [float(r["sent_s"]) for r in measured]
+    assert [r.error_kind for r in run.requests].count("stream_error") == 1
+    assert run.requests[0].ttft_ms == float(measured[0]["ttft_ms"])
+
+
+def test_the_run_is_placed_on_the_wall_clock_by_its_first_scrape(surge: Rendered, tmp_path: Path) -> None:
+    bench = tmp_path / "bench"
+    shutil.copytree(surge.bundle / "bench", bench)
+    shutil.rmtree(bench / "scrapes", ignore_errors=True)
+    run = read_bundle_bench(tmp_path)
+    assert run is not None and run.started_at_s is not None
+    assert run.origin_epoch_s == run.started_at_s and "within 1 s" in run.origin_note  # no scrapes: its start
+    (bench / "scrapes").mkdir()
+    first_ms = round(run.started_at_s * 1000) + 437
+    (bench / "scrapes" / f"scrape-{first_ms}.prom").write_text("")
+    (bench / "scrapes" / f"scrape-{first_ms + 5000}.prom").write_text("")
+    run = read_bundle_bench(tmp_path)
+    assert run is not None and run.origin_epoch_s == first_ms / 1000 and "first /metrics scrape" in run.origin_note
+
+
+def test_failures_and_a_lone_value_are_said_not_drawn(surge: Rendered) -> None:
+    result = json.loads((surge.bundle / "bench" / "result.json").read_text())
+    result["summary"]["requests"].update(measured=60, completed=1, failed=59)
+    result["errors"] = [{"kind": "http", "status": 500, "message": "EngineCore died", "count": 59}]
+    rows = _rows((surge.bundle / "bench" / "requests.csv").read_text())
+    measured = [r for r in rows if r["warmup"] == "0"]
+    for row in measured[1:]:
+        row["error_kind"] = "http"
+    run = read_bench(json.dumps(result), "bench/result.json", _csv(rows), "bench/requests.csv")
+    assert run is not None and run.errors == [("http: EngineCore died", 59)]
+    page = html.build(surge.diagnosis, surge.evidence, run)
+    verdict = page[: page.index('id="flowchart"')]
+    assert "59 of 60 requests failed" in verdict and "EngineCore died" in verdict
+    section = page[page.index('id="bench"') : page.index('id="stack"')]
+    assert "failed 59 of 60 (98%)" in section
+    assert 'class="sparse" id="bench-ttft"' in section and "one value" in section  # one completed request
+    assert 'id="bench-itl"' in section  # its 31 gaps are a distribution

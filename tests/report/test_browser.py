@@ -34,7 +34,7 @@ def assert_clean(report: PageReport, page: str) -> None:
     assert report.requests == []
     dom = report.dom
     assert dom["scripts"] == 0 and dom["images"] == 0 and dom["iframes"] == 0 and dom["event_handlers"] == 0
-    assert dom["sections"] == ["flowchart", "causes", "plots", "bench", "missing", "runbook", "details"]
+    assert dom["sections"] == ["flowchart", "causes", "plots", "bench", "stack", "missing", "runbook", "details"]
     assert dom["charts"] == page.count('<svg class="chart"')
     width, height, _, _ = png_pixels(report.screenshot_png)
     assert (width, height) == (550, 450)  # the first screen at half scale
@@ -65,7 +65,7 @@ def test_examples(example: Path, tmp_path: Path) -> None:
 def test_surge_with_a_bench_run(surge: Rendered, tmp_path: Path) -> None:
     report = open_page(surge.page, tmp_path)
     assert_clean(report, surge.page)
-    assert report.dom["charts"] == 9 + 4  # 9 over time, 4 bench distributions
+    assert report.dom["charts"] == 9 + 1 + 4  # 9 over time, every request of the bench, 4 bench distributions
 
 
 def test_a_30_minute_capture(capture_30min: Rendered, tmp_path: Path) -> None:

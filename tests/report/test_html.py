@@ -14,6 +14,7 @@ from llmtriage import catalog
 from llmtriage.diagnose.engine import diagnose
 from llmtriage.evidence.bundle import LooseFiles, read_evidence
 from llmtriage.report import html, svg
+from llmtriage.report.bench import read_bundle_bench
 from llmtriage.report.markup import esc, esc_code
 
 from ..conftest import INCIDENTS, incident_bundle, load_incident
@@ -68,7 +69,7 @@ TAGS = frozenset(
         "footer",
     ]
 )
-SECTIONS = ("verdict", "flowchart", "causes", "plots", "bench", "missing", "runbook", "details")
+SECTIONS = ("verdict", "flowchart", "causes", "plots", "bench", "stack", "missing", "runbook", "details")
 
 
 class _Elements(HTMLParser):
@@ -251,3 +252,53 @@ def test_a_30_minute_capture_stays_small_and_keeps_its_spikes(capture_30min: Ren
     spike_x, spike_y = min(points, key=lambda p: p[1])
     assert spike_x == pytest.approx(svg.LEFT + svg.PLOT_W / 3, abs=1.0)
     assert spike_y < min(y for x, y in points if abs(x - spike_x) > 2) - 5
+
+
+def test_the_same_place_is_cited_once_with_its_notes_joined(surge: Rendered) -> None:
+    top = surge.diagnosis.causes[0]
+    cited = top.evidence[0]
+    twice = replace(top, evidence=[cited, replace(cited, note="a second reading of the same line"), *top.evidence])
+    page = html.build(replace(surge.diagnosis, causes=[twice, *surge.diagnosis.causes[1:]]), surge.evidence)
+    block = page[page.index(f'id="cause-{top.id}"') :]
+    block = block[: block.index("</article>")]
+    items = re.findall(r"<li>(.*?)</li>", block[block.index('<ul class="ev">') : block.index("</ul>")])
+    assert len(items) == len({e.citation for e in top.evidence})
+    assert "a second reading of the same line" in block
+
+
+def test_a_chart_of_one_reading_is_a_sentence(tmp_path: Path) -> None:
+    rendered = render(series.write_bundle(tmp_path, 1))  # one scrape, one GPU sample
+    plots = rendered.page[rendered.page.index('id="plots"') : rendered.page.index('id="bench"')]
+    # Only the log's stats lines (many of them) are drawn; the scrape and the GPU sample are sentences.
+    assert re.findall(r'<figure id="([^"]+)"', plots) == ["plot-log-throughput"]
+    sentence = re.search(r'<p class="sparse" id="plot-gpu-memory">(.*?)</p>', plots)
+    assert sentence is not None
+    assert re.search(r"one reading, used [\d.]+, total 79\.6 GiB at 14:08:20 UTC", sentence.group(1))
+    kv = re.search(r'<p class="sparse" id="plot-kv">(.*?)</p>', plots)
+    assert kv is not None and "nearly full" not in kv.group(1)  # the threshold line is no reading
+
+
+def test_every_request_of_the_bench_on_the_time_axis(surge: Rendered) -> None:
+    plots = surge.page[surge.page.index('id="plots"') : surge.page.index('id="bench"')]
+    figure = plots[plots.index('id="plot-requests-latency"') :]
+    figure = figure[: figure.index("</figure>")]
+    assert figure.count("<circle") == 2 * 60  # TTFT and E2E of the 60 measured requests (warmup left out)
+    domains = set(re.findall(r'data-x0="([^"]+)" data-x1="([^"]+)"', plots))
+    assert len(domains) == 1  # every time chart on the same axis
+    ticks = re.findall(r'<text class="xt"[^>]*>([^<]*)</text>', plots)
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d(\.\d)?", t) for t in ticks)
+    assert "no per-request latencies" not in surge.page.lower()
+
+
+def test_two_clocks_are_named_when_the_server_saw_longer_than_its_client(surge: Rendered) -> None:
+    run = read_bundle_bench(surge.bundle)
+    assert run is not None
+    ttft = run.distribution("TTFT")
+    assert ttft is not None and ttft.stats.p95 is not None
+    assert "Two clocks" not in surge.page  # the bench server's own TTFT p95 is under what its client measured
+    run.server_ttft_p95_ms = ttft.stats.p95 * 1.2  # a server a little faster than its client: the same clock
+    assert "Two clocks" not in html.build(surge.diagnosis, surge.evidence, run)
+    run.server_ttft_p95_ms = ttft.stats.p95 * 25  # the simulator at --speed 20: its time, not the wall's
+    page = html.build(surge.diagnosis, surge.evidence, run)
+    verdict = page[: page.index('id="flowchart"')]
+    assert "Two clocks" in verdict and f"{ttft.stats.p95 * 25 / 1000:.3g} s" in verdict

@@ -87,12 +87,15 @@ def test_every_label_is_escaped() -> None:
     assert esc(series.PLANTED_BARE) in chart_svg
 
 
-def test_histogram() -> None:
-    values = [100.0 + (i % 50) for i in range(996)] + [5000.0] * 4  # 0.4 % far out
+def test_cdf() -> None:
+    values = [100.0 + (i % 50) for i in range(996)] + [5000.0] * 4
     markers = [svg.Marker(124.0, "p50"), svg.Marker(5000.0, "p99")]
-    chart_svg = svg.histogram("TTFT", "ms", values, markers)
-    counts = [int(c) for c in re.findall(r'<rect class="bar"[^>]*><title>(\d+)</title>', chart_svg)]
-    assert sum(counts) == len(values)  # the tail above the 99.5th percentile lands in the last bar
-    labels = re.findall(r'<text class="xt"[^>]*>([^<]*)</text>', chart_svg)
-    assert labels[0] != "0"  # a cluster far from 0 is drawn from just below it
-    assert re.findall(r'<text class="mt"[^>]*>([^<]*)</text>', chart_svg) == ["p50"]  # p99 is beyond the bars
+    chart_svg = svg.cdf("TTFT", "ms", values, markers)
+    line = re.search(r'<path class="line" d="M([^"]+)"', chart_svg)
+    assert line is not None
+    points = [tuple(map(float, p.split(" "))) for p in line.group(1).split("L")]
+    ys = [y for _, y in points]
+    assert ys == sorted(ys, reverse=True)  # the share only grows (SVG y points down)
+    assert ys[-1] == pytest.approx(svg.TOP)  # 100 % at the largest value
+    assert len(points) < len(values) / 4  # drawn from its envelope
+    assert re.findall(r'<text class="mt"[^>]*>([^<]*)</text>', chart_svg) == ["p50", "p99"]

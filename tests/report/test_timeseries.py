@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+import time
 from itertools import pairwise
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from llmtriage.facts import GpuFacts, MetricsFacts
 from llmtriage.parse import prom
 from llmtriage.parse.nvidia_smi import parse_csv
 from llmtriage.report import timeseries
+from llmtriage.report.bench import read_bundle_bench
 from llmtriage.report.timeseries import Chart
 
 from ..conftest import FIXTURES
@@ -131,8 +134,10 @@ def test_the_logs_stats_lines_stand_in_for_missing_scrapes(tmp_path: Path) -> No
     shutil.copy(FIXTURES / "vllm-cpu" / "logs" / "fault-c-kv-pressure.log", tmp_path / "logs" / "server.log")
     evidence = read_evidence(tmp_path)
     assert evidence.logs is not None and evidence.logs.stats
-    charts = timeseries.charts(evidence.gpu, evidence.metrics, evidence.logs, LIMITS)
+    plotted = timeseries.over_time(evidence.gpu, evidence.metrics, evidence.logs, LIMITS)
+    charts = plotted.charts
     assert [c.id for c in charts] == ["log-requests", "log-kv", "log-throughput"]
+    assert plotted.timeline is None and {c.x_kind for c in charts} == {"index"}  # no year, no zone: in log order
     kv = values(chart(charts, "log-kv"), "KV cache usage")
     assert kv == [
         None if p.kv_usage_ratio is None else pytest.approx(p.kv_usage_ratio * 100) for p in evidence.logs.stats
@@ -143,7 +148,7 @@ def test_the_logs_stats_lines_stand_in_for_missing_scrapes(tmp_path: Path) -> No
     for epoch_ms, name in ((1795961300000, "kv-pressure-before.txt"), (1795961310000, "kv-pressure-after.txt")):
         shutil.copy(FIXTURES / "vllm-cpu" / "metrics" / name, tmp_path / "metrics" / f"scrape-{epoch_ms}.prom")
     evidence = read_evidence(tmp_path)
-    ids = [c.id for c in timeseries.charts(evidence.gpu, evidence.metrics, evidence.logs, LIMITS)]
+    ids = [c.id for c in timeseries.over_time(evidence.gpu, evidence.metrics, evidence.logs, LIMITS).charts]
     assert not any(i.startswith("log-") for i in ids)
 
 
@@ -161,3 +166,87 @@ def test_the_logs_stats_lines_stand_in_for_missing_scrapes(tmp_path: Path) -> No
 def test_gpu_time(stamp: str | None, seconds: float | None) -> None:
     got = timeseries.gpu_time_s(stamp)
     assert got == (None if seconds is None else pytest.approx(seconds))
+
+
+def test_one_time_axis_for_scrapes_gpu_and_requests(surge: Rendered) -> None:
+    bench = read_bundle_bench(surge.bundle)
+    assert bench is not None and bench.origin_epoch_s is not None
+    plotted = timeseries.over_time(surge.evidence.gpu, surge.evidence.metrics, surge.evidence.logs, LIMITS, bench)
+    timeline = plotted.timeline
+    assert timeline is not None and {c.x_kind for c in plotted.charts} == {"time"}
+    # The GPU samples (local clock, written as UTC here) and the scrapes start in the same second: one origin.
+    assert timeline.origin_epoch_s == pytest.approx(series.START_EPOCH_S, abs=1.0)
+    ttft = chart(plotted.charts, "ttft")
+    memory = chart(plotted.charts, "gpu-memory")
+    assert ttft.series[0].points[0][0] == pytest.approx(1.0, abs=0.01)  # the window ending at the second scrape
+    assert memory.series[0].points[0][0] == pytest.approx(0.0, abs=1.0)
+    # The load test ran after the capture was written: its requests sit at their wall-clock time on the same axis.
+    scatter = chart(plotted.charts, "requests-latency")
+    first_sent = min(r.sent_s for r in bench.requests)
+    assert scatter.series[0].points[0][0] >= bench.origin_epoch_s - timeline.origin_epoch_s + first_sent - 1e-6
+    assert timeline.end_s >= max(x for c in plotted.charts for s in c.series for x, _ in s.points)
+    # The surge's TTFT p95 crosses the 2 s SLO: the first window over it is the breach.
+    breach = next(e for e in timeline.events if e.kind == "breach")
+    over = next(x for x, y in ttft.series[0].points if y is not None and y > LIMITS.slo.ttft_p95_s)
+    assert breach.at_s == over and "TTFT p95" in breach.label
+
+
+@pytest.mark.parametrize(
+    ("local", "reference", "shift"),
+    [
+        (1000.0, 1000.0 + 3600.0 + 20.0, 3600.0),  # local clock one hour behind UTC, sampled 20 s before
+        (1000.0, 1000.0 - 5.5 * 3600.0, -5.5 * 3600.0),  # India
+        (1000.0, 1000.0 + 1800.0 + 420.0, 0.0),  # 37 minutes apart: no quarter hour, read as UTC
+        (1000.0, None, 0.0),
+    ],
+)
+def test_zone_shift(local: float, reference: float | None, shift: float) -> None:
+    assert timeseries.zone_shift(local, reference)[0] == shift
+
+
+def test_log_time() -> None:
+    vllm = "(APIServer pid=1) INFO 11-29 14:08:39 [loggers.py:335] Engine 000: Avg prompt throughput"
+    assert timeseries.log_time_s(vllm, 2026) == pytest.approx(1795961319.0)
+    assert timeseries.log_time_s("[2026-11-29 14:08:39] Decode batch", 1999) == pytest.approx(1795961319.0)
+    assert timeseries.log_time_s("no time here", 2026) is None
+
+
+def test_a_gpu_host_two_hours_east_lines_up_with_the_scrapes(surge: Rendered) -> None:
+    gpu = surge.evidence.gpu
+    assert gpu is not None
+
+    def two_hours_later(stamp: str | None) -> str | None:
+        seconds = timeseries.gpu_time_s(stamp)
+        assert seconds is not None
+        return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(seconds + 7200)) + f".{round(seconds % 1 * 1000):03d}"
+
+    local = dataclasses.replace(
+        gpu, samples=[dataclasses.replace(s, timestamp=two_hours_later(s.timestamp)) for s in gpu.samples]
+    )
+    plotted = timeseries.over_time(local, surge.evidence.metrics, None, LIMITS)
+    assert plotted.timeline is not None
+    assert plotted.timeline.origin_epoch_s == pytest.approx(series.START_EPOCH_S, abs=1.0)
+    memory = chart(plotted.charts, "gpu-memory")
+    assert memory.series[0].points[0][0] == pytest.approx(0.0, abs=1.0)
+    assert any("UTC+02:00" in note for note in plotted.timeline.notes)
+
+
+def test_the_first_error_in_the_log_is_marked(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    shutil.copy(FIXTURES / "vllm-cpu" / "logs" / "fault-c-kv-pressure.log", tmp_path / "logs" / "server.log")
+    (tmp_path / "metrics").mkdir()
+    for epoch_ms, name in ((1795961300000, "kv-pressure-before.txt"), (1795961310000, "kv-pressure-after.txt")):
+        shutil.copy(FIXTURES / "vllm-cpu" / "metrics" / name, tmp_path / "metrics" / f"scrape-{epoch_ms}.prom")
+    with (tmp_path / "logs" / "server.log").open("a") as f:
+        f.write(
+            "(EngineCore_DP0 pid=20122) ERROR 11-29 14:08:25 [core.py:1510] torch.OutOfMemoryError: CUDA out of "
+            "memory. Tried to allocate 1.42 GiB. GPU 0 has a total capacity of 79.19 GiB of which 486.54 MiB is free.\n"
+        )
+    evidence = read_evidence(tmp_path)
+    assert evidence.logs is not None and any(e.role == "error" for e in evidence.logs.events)
+    plotted = timeseries.over_time(evidence.gpu, evidence.metrics, evidence.logs, LIMITS)
+    assert plotted.timeline is not None
+    error = next(e for e in plotted.timeline.events if e.kind == "error")
+    # 14:08:25 in the log (UTC here, as the scrapes): 5 s after the first scrape at 14:08:20.
+    assert plotted.timeline.origin_epoch_s + error.at_s == pytest.approx(1795961305.0)
+    assert "logs/server.log:" in error.label

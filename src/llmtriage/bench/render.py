@@ -1,9 +1,11 @@
-"""Terminal rendering (rich) of a bench result, a comparison, and the metric definitions.
+"""Terminal rendering (rich) of a bench result, a sweep, a comparison, and the metric definitions.
 
 Builders are pure: they return renderables; only the CLI prints them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -11,9 +13,10 @@ from rich.text import Text
 
 from llmtriage.bench.compare import Comparison
 from llmtriage.bench.explain import DEFINITIONS
-from llmtriage.bench.result import BenchResult
+from llmtriage.bench.result import BenchResult, number_at
 from llmtriage.bench.server_metrics import PEAK_MIN_SCRAPES, ServerLatency
 from llmtriage.bench.summary import Stats
+from llmtriage.bench.sweep import RATE, Level, LevelPlan, Sweep, SweepComparison
 
 _VERDICT_STYLE = {"better": "green", "worse": "bold red", "changed": "yellow"}
 
@@ -145,14 +148,20 @@ def _server_line(result: BenchResult) -> Text:
     return text
 
 
+def _comparison_head(label_a: str, label_b: str, settings: Sequence[tuple[str, str, str]]) -> list[RenderableType]:
+    """The two labels, then the settings that differ (when any)."""
+    parts: list[RenderableType] = [Text(f"A: {label_a}   B: {label_b}", style="bold")]
+    if settings:
+        table = Table("setting", "A", "B", box=None, title="settings that differ", title_justify="left")
+        for name, a, b in settings:
+            table.add_row(name, a, b)
+        parts.append(table)
+    return parts
+
+
 def build_comparison(comparison: Comparison) -> RenderableType:
     """``bench compare``: settings that differ, then every figure with its change and verdict."""
-    parts: list[RenderableType] = [Text(f"A: {comparison.label_a}   B: {comparison.label_b}", style="bold")]
-    if comparison.settings:
-        settings = Table("setting", "A", "B", box=None, title="settings that differ", title_justify="left")
-        for name, a, b in comparison.settings:
-            settings.add_row(name, a, b)
-        parts.append(settings)
+    parts = _comparison_head(comparison.label_a, comparison.label_b, comparison.settings)
     table = Table("figure", "unit", "A", "B", "change", "", box=None)
     for c in comparison.changes:
         if c.a is None and c.b is None:
@@ -179,3 +188,107 @@ def build_definitions() -> Table:
     for d in DEFINITIONS:
         table.add_row(d.name, d.definition, d.vllm_bench_serve, d.guidellm, d.genai_perf)
     return table
+
+
+def _load_of(plan: LevelPlan) -> str:
+    if plan.kind == RATE:
+        return f"{plan.rate_per_s:.3g} req/s"
+    return f"concurrency {plan.concurrency}"
+
+
+def build_level_line(level: Level, index: int, planned: int | None) -> Text:
+    """One line per level as a sweep goes: its load, what it served, its latency, goodput and verdict."""
+    s = level.result.summary
+    of = f"/{planned}" if planned else ""
+    line = Text(f"level {index}{of} {level.plan.kind:<11} {_load_of(level.plan):<17}", style="bold")
+    line.append(
+        f" served {_n(s.request_throughput_per_s, 2)} req/s · ok {s.completed}/{s.measured} · "
+        f"TTFT p50 {_n(s.ttft_ms.p50, 0)} p95 {_n(s.ttft_ms.p95, 0)} ms · TPOT p95 {_n(s.tpot_ms.p95, 1)} ms · "
+        f"{_n(s.output_token_throughput_per_s, 0)} tok/s · goodput {_n(s.goodput.goodput_per_s, 2)} req/s "
+    )
+    if level.meets_slo:
+        line.append("meets SLOs", style="green")
+    else:
+        line.append("misses: " + "; ".join(level.missed), style="yellow")
+    return line
+
+
+def build_sweep(sweep: Sweep) -> RenderableType:
+    """The end of a sweep: every level from the lowest rate up, then the knee and the peak goodput."""
+    head = Text(f"llmtriage bench sweep · {sweep.label}", style="bold")
+    slo = sweep.slo
+    head.append(
+        f"  SLOs: TTFT p95 <= {slo.ttft_p95_s * 1000:g} ms, TPOT p95 <= {slo.itl_p95_s * 1000:g} ms, "
+        f"errors <= {slo.error_rate:.0%}",
+        style="dim",
+    )
+    if sweep.interrupted:
+        head.append("  (interrupted: partial)", style="bold yellow")
+    table = Table(
+        "level", "load", "req/s", "ok", "failed", "TTFT p50", "TTFT p95", "TPOT p95", "tok/s", "goodput", "SLOs",
+        box=None,
+    )  # fmt: skip
+    knee = sweep.knee
+    for level in sweep.by_rate():
+        s = level.result.summary
+        verdict = Text("meets", style="green") if level.meets_slo else Text("misses", style="yellow")
+        table.add_row(
+            Text(level.directory, style="bold" if level is knee else ""),
+            _load_of(level.plan),
+            _n(s.request_throughput_per_s, 2),
+            str(s.completed),
+            str(s.failed),
+            _n(s.ttft_ms.p50, 0),
+            _n(s.ttft_ms.p95, 0),
+            _n(s.tpot_ms.p95, 1),
+            _n(s.output_token_throughput_per_s, 0),
+            _n(s.goodput.goodput_per_s, 2),
+            verdict,
+        )
+    parts: list[RenderableType] = [head, table]
+    if knee is not None:
+        parts.append(
+            Text(f"knee: {_n(knee.rate_per_s, 2)} req/s ({knee.directory}) is the highest rate that meets the SLOs")
+        )
+    else:
+        parts.append(Text("knee: no level meets the SLOs; the lowest level's misses say why", style="bold yellow"))
+    best = sweep.best_goodput
+    if best is not None:
+        parts.append(Text(f"peak goodput: {_n(best.result.summary.goodput.goodput_per_s, 2)} req/s ({best.directory})"))
+    for note in sweep.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Group(*parts)
+
+
+def build_sweep_comparison(comparison: SweepComparison) -> RenderableType:
+    """``bench compare`` of two sweeps: the headline figures, then each sweep's levels side by side."""
+    parts = _comparison_head(comparison.label_a, comparison.label_b, comparison.settings)
+    table = Table("figure", "unit", "A", "B", "", box=None)
+    for f in comparison.figures:
+        table.add_row(
+            f.label, f.unit, _n(f.a, 2), _n(f.b, 2), Text(f.verdict, style=_VERDICT_STYLE.get(f.verdict, "dim"))
+        )
+    parts.append(table)
+    for side, levels in (("A", comparison.levels_a), ("B", comparison.levels_b)):
+        rows = Table(
+            "level",
+            "req/s",
+            "TTFT p95",
+            "TPOT p95",
+            "goodput",
+            "SLOs",
+            box=None,
+            title=f"levels of {side}",
+            title_justify="left",
+        )
+        for lv in levels:
+            rows.add_row(
+                str(lv.get("name")),
+                _n(number_at(lv, "rate_per_s"), 2),
+                _n(number_at(lv, "ttft_ms", "p95"), 0),
+                _n(number_at(lv, "tpot_ms", "p95"), 1),
+                _n(number_at(lv, "goodput_per_s"), 2),
+                "meets" if lv.get("meets_slo") is True else "misses",
+            )
+        parts.append(rows)
+    return Group(*parts)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import math
 import os
 import re
@@ -12,17 +14,21 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llmtriage import aio, catalog
+from llmtriage import aio, catalog, strict_json
 from llmtriage.bench import compare as compare_mod
 from llmtriage.bench import plan, render, result, runner
+from llmtriage.bench import sweep as sweep_mod
 from llmtriage.bench.model import Arrival, BenchConfig, Endpoint, PromptLine, RequestClass, RunOutcome
+from llmtriage.catalog import Slo
 from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
 from llmtriage.errors import ExitCode, UnavailableError, UsageError
+from llmtriage.outfile import write_output
+from llmtriage.report import sweep as sweep_page
 from llmtriage.slo import parse_duration, parse_slo
 from llmtriage.urls import check_url, public_url
 
@@ -31,7 +37,8 @@ bench_app = typer.Typer(
     help=(
         "Load-test an OpenAI-compatible server (streaming): TTFT, TPOT, ITL, E2E, throughput, goodput, errors, "
         "the server's own figures beside the client's, and warnings when a number can't be trusted. "
-        "`llmtriage bench --base-url URL ...` runs; `llmtriage bench compare A B` compares two results. "
+        "`llmtriage bench --base-url URL ...` runs; `llmtriage bench sweep --base-url URL` finds the knee (the highest "
+        "rate that meets the SLOs); `llmtriage bench compare A B` compares two results or two sweeps. "
         "Exit codes: 0 every measured request completed, 1 some failed, 2 usage error, 4 the server could not be "
         "reached, 130 interrupted by Ctrl-C, 143 by SIGTERM (partial results written either way)."
     ),
@@ -41,6 +48,8 @@ app.add_typer(bench_app, name="bench")
 DEFAULT_PROMPT_CHARS = 1000
 DEFAULT_MAX_TOKENS = 64
 DEFAULT_REQUESTS = 100
+DEFAULT_SWEEP_REQUESTS = 50
+DEFAULT_SWEEP_CONCURRENCY = 128
 STREAMS_PER_WORKER = 128
 MAX_PROMPTS_BYTES = 256 << 20
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -123,17 +132,38 @@ def _label(label: str | None) -> str:
     return safe
 
 
+# The options `bench` and `bench sweep` share.
+EndpointOption = Annotated[Endpoint, typer.Option("--endpoint", help="chat or completions.")]
+ModelOption = Annotated[str | None, typer.Option("--model", help="Model name (default: the server's first).")]
+ApiKeyOption = Annotated[
+    str | None, typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token (never written to disk).")
+]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed of prompts, mix choices and arrivals.")]
+PromptCharsOption = Annotated[
+    int | None, typer.Option("--prompt-chars", help=f"Prompt length in characters (default {DEFAULT_PROMPT_CHARS}).")
+]
+MaxTokensOption = Annotated[
+    int | None, typer.Option("--max-tokens", help=f"Output cap per request (default {DEFAULT_MAX_TOKENS}).")
+]
+MixOption = Annotated[
+    list[str] | None,
+    typer.Option("--mix", help="A request class, repeatable: NAME:prompt_chars=N,max_tokens=N,weight=W."),
+]
+IgnoreEosOption = Annotated[
+    bool, typer.Option("--ignore-eos", help="Ask the server to generate max_tokens every time (vLLM, SGLang).")
+]
+TimeoutOption = Annotated[str, typer.Option("--timeout", help="Per-request limit.")]
+
+
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="The server, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine).")
     ] = None,
-    endpoint: Annotated[Endpoint, typer.Option("--endpoint", help="chat or completions.")] = Endpoint.completions,
-    model: Annotated[str | None, typer.Option("--model", help="Model name (default: the server's first).")] = None,
-    api_key: Annotated[
-        str | None, typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token (never written to disk).")
-    ] = None,
+    endpoint: EndpointOption = Endpoint.completions,
+    model: ModelOption = None,
+    api_key: ApiKeyOption = None,
     concurrency: Annotated[
         int | None,
         typer.Option("--concurrency", help="Closed loop: requests kept in flight (default 1). Open loop: a cap."),
@@ -142,7 +172,7 @@ def bench(
         float | None, typer.Option("--request-rate", help="Open loop: requests per second (instead of a closed loop).")
     ] = None,
     arrival: Annotated[Arrival, typer.Option("--arrival", help="Open loop arrivals.")] = Arrival.poisson,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of prompts, mix choices and arrivals.")] = 0,
+    seed: SeedOption = 0,
     requests: Annotated[
         int | None,
         typer.Option("--requests", help=f"Measured requests (default {DEFAULT_REQUESTS} unless --duration)."),
@@ -153,23 +183,13 @@ def bench(
     warmup: Annotated[
         str, typer.Option("--warmup", help="Unmeasured warmup: a number of requests (16) or a duration (10s).")
     ] = "0",
-    prompt_chars: Annotated[
-        int | None,
-        typer.Option("--prompt-chars", help=f"Prompt length in characters (default {DEFAULT_PROMPT_CHARS})."),
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", help=f"Output cap per request (default {DEFAULT_MAX_TOKENS}).")
-    ] = None,
-    mix: Annotated[
-        list[str] | None,
-        typer.Option("--mix", help="A request class, repeatable: NAME:prompt_chars=N,max_tokens=N,weight=W."),
-    ] = None,
+    prompt_chars: PromptCharsOption = None,
+    max_tokens: MaxTokensOption = None,
+    mix: MixOption = None,
     prompts: Annotated[
         Path | None, typer.Option("--prompts", help='JSONL prompts, one {"prompt": "...", "max_tokens": N} a line.')
     ] = None,
-    ignore_eos: Annotated[
-        bool, typer.Option("--ignore-eos", help="Ask the server to generate max_tokens every time (vLLM, SGLang).")
-    ] = False,
+    ignore_eos: IgnoreEosOption = False,
     slo: Annotated[
         str | None, typer.Option("--slo", help="Goodput objectives per request, e.g. ttft=2s,tpot=100ms.")
     ] = None,
@@ -184,7 +204,7 @@ def bench(
     scrape_interval: Annotated[
         str | None, typer.Option("--scrape-interval", help="Also scrape /metrics this often during the run (e.g. 5s).")
     ] = None,
-    timeout: Annotated[str, typer.Option("--timeout", help="Per-request limit.")] = "300s",
+    timeout: TimeoutOption = "300s",
     workers: Annotated[
         int | None,
         typer.Option("--workers", help="Client processes (default: one per 128 concurrent streams, at most the CPUs)."),
@@ -346,26 +366,260 @@ def _run(config: BenchConfig) -> tuple[RunOutcome, signal.Signals | None]:
         return aio.run(main())
 
 
+@bench_app.command("sweep")
+def sweep(
+    base_url: Annotated[str, typer.Option("--base-url", help="The server, e.g. http://127.0.0.1:8000.")],
+    endpoint: EndpointOption = Endpoint.completions,
+    model: ModelOption = None,
+    api_key: ApiKeyOption = None,
+    levels: Annotated[
+        int,
+        typer.Option(
+            "--levels", help="Levels in all: synchronous, throughput, and the rest as rates between (GuideLLM's 10)."
+        ),
+    ] = sweep_mod.DEFAULT_LEVELS,
+    rates: Annotated[
+        str | None, typer.Option("--rates", help="Run these request rates instead, e.g. 1,2,4,8 (open loop).")
+    ] = None,
+    concurrencies: Annotated[
+        str | None, typer.Option("--concurrencies", help="Run these concurrencies instead, e.g. 1,4,16 (closed loop).")
+    ] = None,
+    max_concurrency: Annotated[
+        int,
+        typer.Option("--max-concurrency", help="In flight at the throughput level, and the cap of each rate level."),
+    ] = DEFAULT_SWEEP_CONCURRENCY,
+    arrival: Annotated[Arrival, typer.Option("--arrival", help="Arrivals of the rate levels.")] = Arrival.constant,
+    requests: Annotated[
+        int | None,
+        typer.Option(
+            "--requests", help=f"Measured requests per level (default {DEFAULT_SWEEP_REQUESTS} unless --duration)."
+        ),
+    ] = None,
+    duration: Annotated[
+        str | None, typer.Option("--duration", help="Per level: send for this long (e.g. 30s); a hard deadline.")
+    ] = None,
+    warmup: Annotated[str, typer.Option("--warmup", help="Per level: unmeasured requests (16) or a duration.")] = "0",
+    prompt_chars: PromptCharsOption = None,
+    max_tokens: MaxTokensOption = None,
+    mix: MixOption = None,
+    ignore_eos: IgnoreEosOption = False,
+    seed: SeedOption = 0,
+    slo: Annotated[
+        str | None,
+        typer.Option("--slo", help="Objectives a level must meet, e.g. ttft=500ms,tpot=50ms,error_rate=1%."),
+    ] = None,
+    label: Annotated[str | None, typer.Option("--label", help="Name of the sweep (default: sweep-DATE-TIME).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Result directory (default benchmarks/<label>/).")] = None,
+    scrape: Annotated[
+        bool, typer.Option("--scrape/--no-scrape", help="Read the server's /metrics around each level.")
+    ] = True,
+    timeout: TimeoutOption = "300s",
+    output: Annotated[OutputFormat, typer.Option("--format", help="text, or json (the sweep.json document).")] = (
+        OutputFormat.text
+    ),
+) -> None:
+    """Find the knee: load levels up to saturation, one line per level, the highest rate that meets the SLOs.
+
+    As GuideLLM's sweep: a synchronous level, a throughput level (--max-concurrency in flight), then rates
+    spread evenly between the two measured rates. Writes sweep.json, its page sweep.html (the knee, latency by
+    rate, every level) and one result directory per level.
+    Exit codes: 0 some level meets the SLOs, 1 none does, 2 usage error, 4 the server could not be reached,
+    130/143 interrupted (the levels done so far are written).
+    """
+    root = plan.server_root(base_url)
+    if api_key and public_url(root) != root:
+        fail(UsageError("--base-url carries credentials and --api-key is set", "give one of them"))
+    if rates and concurrencies:
+        fail(UsageError("--rates and --concurrencies both choose the levels", "give one"))
+    if levels < sweep_mod.MIN_LEVELS:
+        fail(UsageError(f"--levels must be at least {sweep_mod.MIN_LEVELS}", "synchronous, throughput and a rate"))
+    for name, value in (("--requests", requests), ("--max-concurrency", max_concurrency)):
+        _positive(name, value)
+    duration_s = parse_duration(duration) if duration else None
+    _positive("--duration", duration_s)
+    warmup_requests, warmup_s = _warmup(warmup)
+    objectives = parse_slo(slo, catalog.thresholds().slo) if slo else catalog.thresholds().slo
+    name = _label(label or time.strftime("sweep-%Y%m%d-%H%M%S"))
+    base = BenchConfig(
+        base_url=root,
+        endpoint=endpoint,
+        model=model,
+        api_key=api_key,
+        concurrency=1,
+        request_rate_per_s=None,
+        arrival=arrival,
+        seed=seed,
+        requests=requests if requests is not None or duration_s is not None else DEFAULT_SWEEP_REQUESTS,
+        duration_s=duration_s,
+        warmup_requests=warmup_requests,
+        warmup_s=warmup_s,
+        classes=_classes(mix or [], prompt_chars, max_tokens),
+        ignore_eos=ignore_eos,
+        timeout_s=parse_duration(timeout),
+        label=name,
+        metrics_url=root + "/metrics" if scrape else None,
+        slo_ttft_ms=objectives.ttft_p95_s * 1000.0,
+        slo_tpot_ms=objectives.itl_p95_s * 1000.0,
+    )
+    directory = out or Path("benchmarks") / name
+    chosen: list[sweep_mod.LevelPlan] = []
+    if rates:
+        chosen = [
+            sweep_mod.LevelPlan(sweep_mod.RATE, rate_per_s=r) for r in sweep_mod.parse_numbers(rates, "--rates", False)
+        ]
+    elif concurrencies:
+        chosen = [
+            sweep_mod.LevelPlan(sweep_mod.CONCURRENCY, concurrency=int(c))
+            for c in sweep_mod.parse_numbers(concurrencies, "--concurrencies", True)
+        ]
+    runner_ = _SweepRunner(base, directory, objectives, max_concurrency, arrival, len(chosen) or levels)
+    if chosen:
+        for level_plan in chosen:
+            if not runner_.run(level_plan):
+                break
+    elif runner_.run_measured():
+        sync, most = (lv.result.summary.request_throughput_per_s for lv in runner_.levels)
+        spread = sweep_mod.spread_rates(sync or 0.0, most or 0.0, levels)
+        if len(spread) == 1:
+            runner_.notes.append("the throughput level served no more than the synchronous one: one rate level")
+        runner_.planned = 2 + len(spread)
+        for rate in spread:
+            if not runner_.run(sweep_mod.LevelPlan(sweep_mod.RATE, rate_per_s=rate)):
+                break
+    runner_.finish(output)
+
+
+class _SweepRunner:
+    """Runs a sweep's levels one after the other, writes each, says one line per level; stops on a signal."""
+
+    def __init__(
+        self,
+        base: BenchConfig,
+        directory: Path,
+        objectives: Slo,
+        max_concurrency: int,
+        arrival: Arrival,
+        planned: int,
+    ) -> None:
+        self.base, self.directory, self.objectives = base, directory, objectives
+        self.max_concurrency, self.arrival, self.planned = max_concurrency, arrival, planned
+        self.levels: list[sweep_mod.Level] = []
+        self.notes: list[str] = []
+        self.stopped_by: signal.Signals | None = None
+
+    def run_measured(self) -> bool:
+        """The synchronous and the throughput levels; False when the sweep cannot go on."""
+        return all(self.run(p) for p in sweep_mod.measured_levels(self.max_concurrency))
+
+    def run(self, level_plan: sweep_mod.LevelPlan) -> bool:
+        """Run one level; False when the sweep stops (a signal, or nothing reached the server)."""
+        index = len(self.levels) + 1
+        dir_name = level_plan.name(index)
+        closed = level_plan.kind != sweep_mod.RATE
+        concurrency = level_plan.concurrency if closed else self.max_concurrency
+        config = sweep_mod.level_config(
+            self.base,
+            level_plan,
+            f"{self.base.label}/{dir_name}",
+            self.max_concurrency,
+            self.arrival,
+            auto_workers(concurrency, closed),
+        )
+        if self.levels and self.base.model is None:  # the first level found the model: ask once
+            config = dataclasses.replace(config, model=self.levels[0].result.outcome.config.model)
+        outcome, self.stopped_by = _run(config)
+        done = result.build(outcome)
+        try:
+            result.write(self.directory / dir_name, done)
+        except UsageError as e:
+            fail(e)
+        meets, missed = sweep_mod.judge(done, self.objectives)
+        level = sweep_mod.Level(level_plan, dir_name, done, meets, missed)
+        self.levels.append(level)
+        stderr.print(render.build_level_line(level, index, self.planned), highlight=False)
+        if _exit_code(done, None) == ExitCode.UNAVAILABLE:
+            self.write()
+            fail(_unreachable(done, self.directory / dir_name))
+        return self.stopped_by is None
+
+    def document(self) -> sweep_mod.Sweep:
+        return sweep_mod.Sweep(
+            label=self.base.label,
+            levels=tuple(self.levels),
+            slo=self.objectives,
+            max_concurrency=self.max_concurrency,
+            arrival=self.arrival,
+            interrupted=self.stopped_by is not None,
+            notes=tuple(self.notes),
+        )
+
+    def write(self) -> sweep_mod.Sweep:
+        """``sweep.json`` and its page, ``sweep.html`` (what the page shows is what the JSON says: read back)."""
+        done = self.document()
+        text = strict_json.dumps(sweep_mod.to_dict(done))
+        try:
+            write_output(self.directory / sweep_mod.SWEEP_JSON, text.encode())
+            write_output(self.directory / sweep_mod.SWEEP_HTML, sweep_page.build(json.loads(text)).encode())
+        except UsageError as e:
+            fail(e)
+        return done
+
+    def finish(self, output: OutputFormat) -> NoReturn:
+        done = self.write()
+        if output is OutputFormat.json:
+            print_json(sweep_mod.to_dict(done))
+        else:
+            stdout.print(render.build_sweep(done), highlight=False)
+        stderr.print(f"[dim]wrote {self.directory / sweep_mod.SWEEP_JSON} and {len(done.levels)} level directories[/]")
+        stderr.print(
+            f"the page: {self.directory / sweep_mod.SWEEP_HTML}", markup=False, highlight=False, soft_wrap=True
+        )
+        if self.stopped_by is not None:
+            raise typer.Exit(128 + self.stopped_by)
+        raise typer.Exit(int(ExitCode.OK if done.knee is not None else ExitCode.PROBLEM_FOUND))
+
+
 def _result_file(path: Path) -> Path:
+    if path.is_dir() and (path / sweep_mod.SWEEP_JSON).is_file() and not (path / result.RESULT_JSON).is_file():
+        return path / sweep_mod.SWEEP_JSON
     return path / result.RESULT_JSON if path.is_dir() else path
 
 
 @bench_app.command("compare")
 def compare(
-    a: Annotated[Path, typer.Argument(help="The earlier result.json (or its directory).")],
-    b: Annotated[Path, typer.Argument(help="The later result.json (or its directory).")],
+    a: Annotated[Path, typer.Argument(help="The earlier result.json or sweep.json (or its directory).")],
+    b: Annotated[Path, typer.Argument(help="The later result.json or sweep.json (or its directory).")],
     output: Annotated[OutputFormat, typer.Option("--format", help="text or json.")] = OutputFormat.text,
 ) -> None:
-    """Show what changed between two bench results: settings, then every figure with its change."""
-    docs = []
+    """Show what changed between two bench results: settings, then every figure with its change. Two sweeps
+    compare their knees, peaks and levels."""
+    texts = []
     for path in (_result_file(a), _result_file(b)):
         try:
-            text = path.read_text(encoding="utf-8")
+            texts.append((path.read_text(encoding="utf-8"), str(path)))
         except OSError as e:
             fail(UsageError(f"{path}: {e.strerror or e}", "give two result.json files written by `llmtriage bench`"))
-        docs.append(result.load(text, str(path)))
+    sweeps = [_looks_like_sweep(text) for text, _ in texts]
+    if any(sweeps):
+        if not all(sweeps):
+            fail(UsageError("one is a sweep and the other a single run", "compare two sweeps, or two result.json"))
+        across = sweep_mod.compare(*(sweep_mod.load(text, source) for text, source in texts))
+        if output is OutputFormat.json:
+            print_json(sweep_mod.comparison_dict(across))
+        else:
+            stdout.print(render.build_sweep_comparison(across), highlight=False)
+        return
+    docs = [result.load(text, source) for text, source in texts]
     comparison = compare_mod.compare(docs[0], docs[1])
     if output is OutputFormat.json:
         print_json(compare_mod.to_dict(comparison))
     else:
         stdout.print(render.build_comparison(comparison), highlight=False)
+
+
+def _looks_like_sweep(text: str) -> bool:
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and sweep_mod.is_sweep(data)

@@ -13,10 +13,21 @@ from rich.table import Table
 from rich.text import Text
 
 from llmtriage.cli.app import app, stderr, stdout
+from llmtriage.cli.inputs import (
+    BUNDLE_HINT,
+    CollectEnvOption,
+    ConfigOption,
+    DmesgOption,
+    Inputs,
+    LaunchOption,
+    LogOption,
+    MetricsOption,
+    NvidiaSmiOption,
+    read_inputs,
+)
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.diagnose.model import Diagnosis
 from llmtriage.errors import LlmtriageError, NothingReadableError, UsageError
-from llmtriage.evidence.bundle import read_evidence
 from llmtriage.facts import Evidence
 from llmtriage.outfile import write_output
 from llmtriage.report.markup import visible
@@ -70,7 +81,9 @@ def _table(entries: list[Entry]) -> Table:
 
 @runbook_app.command()
 def add(
-    bundle: Annotated[Path, typer.Argument(help="The incident's bundle directory (as `capture` writes it).")],
+    bundle: Annotated[
+        Path | None, typer.Argument(help="The incident's bundle directory (as `capture` writes it).")
+    ] = None,
     cause: Annotated[
         str | None, typer.Option("--cause", help="The cause it turned out to be (default: the diagnosis' first).")
     ] = None,
@@ -78,15 +91,20 @@ def add(
     outcome: OutcomeOption = None,
     note: Annotated[str | None, typer.Option("--note", help="Anything else worth knowing next time.")] = None,
     db: DbOption = None,
+    log: LogOption = None,
+    nvidia_smi: NvidiaSmiOption = None,
+    dmesg: DmesgOption = None,
+    metrics: MetricsOption = None,
+    launch: LaunchOption = None,
+    config: ConfigOption = None,
+    collect_env: CollectEnvOption = None,
 ) -> None:
-    """Diagnose a bundle and record it: class, cause, key evidence, fingerprint, config, GPU, engine, fix, outcome."""
-    if not bundle.is_dir():
-        raise UsageError(f"{bundle}: not a directory", "give the incident's bundle directory")
-    evidence = read_evidence(bundle.resolve())
+    """Diagnose a bundle (or loose files, as `diagnose` takes them) and record it: class, cause, key evidence,
+    fingerprint, config, GPU, engine, fix, outcome."""
+    inputs = Inputs(log, nvidia_smi, dmesg, metrics, launch, config, collect_env)
+    evidence = read_inputs(None if bundle is None else bundle.resolve(), inputs)
     if not evidence.any_readable():
-        raise NothingReadableError(
-            f"nothing readable in {bundle}", "a bundle holds logs/, gpu/, kernel/, metrics/, config/"
-        )
+        raise NothingReadableError(f"nothing readable in {evidence.origin}", BUNDLE_HINT)
     diagnosis = run_diagnosis(evidence)
     entry = entry_from_diagnosis(diagnosis, evidence, cause=cause, fix=fix, outcome=outcome, notes=note)
     with _open(db) as runbook:

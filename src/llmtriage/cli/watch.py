@@ -175,7 +175,7 @@ async def _watch(config: WatchConfig) -> WatchState:
             with Live(console=stderr, auto_refresh=False, transient=False) as live:
 
                 def redraw(state: WatchState) -> None:
-                    live.update(view.build(state, thresholds), refresh=True)
+                    live.update(view.build(state, thresholds, width=stderr.width), refresh=True)
 
                 return await Watcher(config, on_update=redraw).run(stop)
         shown = 0

@@ -7,11 +7,13 @@ becomes a problem on the evidence, never an exception; logs are streamed, other 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -26,10 +28,12 @@ from llmtriage.facts import (
     MetricsFacts,
     Problem,
 )
-from llmtriage.parse import collect_env, dmesg, launch, logs, model_config, nvidia_smi, prom
+from llmtriage.parse import collect_env, dmesg, launch, logs, model_config, nvidia_smi, pasted, prom
 from llmtriage.redact import Redactor
 
 MAX_TEXT_BYTES = 64 << 20
+ORIGIN_NAMES = 4
+"""Loose files named in the evidence's origin (the header of every report); more are counted."""
 _EPOCH_IN_NAME = re.compile(r"(?<!\d)(\d{10}|\d{13})(?:\.\d+)?(?!\d)")
 
 
@@ -38,6 +42,8 @@ class LooseFiles:
     """Evidence given file by file on the command line."""
 
     logs: list[Path] = field(default_factory=list)
+    log_texts: list[tuple[str, bytes]] = field(default_factory=list)
+    """Logs given as bytes, named: what ``--log -`` read from standard input."""
     nvidia_smi: list[Path] = field(default_factory=list)
     dmesg: list[Path] = field(default_factory=list)
     metrics: list[Path] = field(default_factory=list)
@@ -45,6 +51,14 @@ class LooseFiles:
     launch: str | None = None
     model_config: Path | None = None
     collect_env: Path | None = None
+
+    def names(self) -> list[str]:
+        """What was given, as the command line named it (a file's path, ``stdin``, ``--launch``)."""
+        paths = [*self.logs, *self.nvidia_smi, *self.dmesg, *self.metrics, self.model_config, self.collect_env]
+        named = [str(p) for p in paths if p is not None]
+        named[len(self.logs) : len(self.logs)] = [name for name, _ in self.log_texts]
+        named.extend(name for name, _, _ in self.metrics_texts)
+        return named + (["--launch"] if self.launch is not None else [])
 
 
 def read_capped(path: Path, name: str, problems: list[Problem]) -> str | None:
@@ -89,7 +103,11 @@ def open_log(path: Path) -> OpenedLog:
     """Open ``path`` as a log: regular files only; empty, binary or undecodable ones say why."""
     if not path.is_file():
         return OpenedLog(io.BytesIO(), "not a regular file (a FIFO or device is never read)")
-    raw: BinaryIO = path.open("rb")
+    return open_log_stream(path.open("rb"))
+
+
+def open_log_stream(raw: BinaryIO) -> OpenedLog:
+    """Open a seekable stream (a file, or what standard input gave) as a log, as :func:`open_log` does."""
     head = raw.read(SNIFF_BYTES)
     if head[:2] == b"\x1f\x8b":
         raw.seek(0)
@@ -102,10 +120,21 @@ def open_log(path: Path) -> OpenedLog:
         data = raw.read(MAX_TEXT_BYTES)
         raw.close()
         encoding = "utf-16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-16-le"
-        return OpenedLog(io.BytesIO(data.decode(encoding, "replace").encode("utf-8")))
+        utf8 = data.decode(encoding, "replace").encode("utf-8")
+        return OpenedLog(_unpasted(io.BytesIO(utf8), utf8[:SNIFF_BYTES]))
     if _looks_binary(head):
         return OpenedLog(raw, "binary data, not a text log (give the log as text, gzip or UTF-16)")
-    return OpenedLog(raw)
+    return OpenedLog(_unpasted(raw, head))
+
+
+def _unpasted(stream: BinaryIO, head: bytes) -> BinaryIO:
+    """A log pasted from an issue or a chat as the log it quotes (parse.pasted); any other log as it is, streamed.
+    The head tells: a paste shows its fences, quoting or wrapping from its first lines."""
+    if not pasted.unpaste(head.decode("utf-8", "replace")).removed:
+        return stream
+    data = stream.read(MAX_TEXT_BYTES)
+    stream.close()
+    return io.BytesIO(pasted.unpaste(data.decode("utf-8", "replace")).text.encode("utf-8"))
 
 
 def _utf16_without_bom(head: bytes) -> bool:
@@ -123,10 +152,13 @@ def _looks_binary(head: bytes) -> bool:
 class _Reader:
     def __init__(self, root: Path | None, evidence: Evidence) -> None:
         self.root = root
+        self._resolved_root = root.resolve() if root is not None else None
         self.evidence = evidence
         # Whatever a bundle holds is redacted as it is read: a bundle made by someone else is shown, stored and
         # rendered without the secrets it carries.
         self.redactor = Redactor()
+        # One reader for every scrape: it parses each series once and redacts it then (values are numbers).
+        self.scrapes = prom.ScrapeReader(self.redactor.redact_text)
 
     def name(self, path: Path) -> str:
         if self.root is not None:
@@ -138,7 +170,7 @@ class _Reader:
 
     def inside(self, path: Path) -> bool:
         """``path`` resolves inside the bundle; a link that leads out is named as a problem and never followed."""
-        if self.root is None or path.resolve().is_relative_to(self.root.resolve()):
+        if self._resolved_root is None or path.resolve().is_relative_to(self._resolved_root):
             return True
         self.evidence.problems.append(
             Problem(self.name(path), "a link out of the bundle: not followed (it could expose this machine)")
@@ -150,10 +182,12 @@ class _Reader:
         return None if text is None else self.redactor.redact_text(text)
 
     def log(self, path: Path) -> None:
-        name = self.name(path)
+        self.log_from(self.name(path), lambda: open_log(path))
+
+    def log_from(self, name: str, opener: Callable[[], OpenedLog]) -> None:
         facts = self.evidence.logs or LogFacts()
         try:
-            with open_log(path) as opened:
+            with opener() as opened:
                 if opened.unreadable is not None:
                     self.evidence.problems.append(Problem(name, opened.unreadable))
                     return
@@ -226,14 +260,14 @@ class _Reader:
         self.evidence.read.append(name)
 
     def metrics(self, path: Path, timestamp_s: float | None) -> None:
-        text = self.text(path)
+        text = read_capped(path, self.name(path), self.evidence.problems)
         if text is None:
             return
         self.metrics_text(self.name(path), text, timestamp_s)
 
     def metrics_text(self, name: str, text: str, timestamp_s: float | None) -> None:
-        text = self.redactor.redact_text(text)
-        snapshot, problems = prom.parse_metrics(text, name, timestamp_s)
+        """A scrape (not yet redacted: the reader and the log parser redact what they keep)."""
+        snapshot, problems = self.scrapes.read(text, name, timestamp_s)
         facts = self.evidence.metrics or MetricsFacts()
         self.evidence.metrics = facts
         if snapshot.sample_count == 0:
@@ -316,7 +350,11 @@ def _files(reader: _Reader, directory: Path, patterns: tuple[str, ...]) -> list[
 
 def read_evidence(root: Path | None = None, loose: LooseFiles | None = None) -> Evidence:
     """Read a bundle directory and/or loose files into one piece of evidence."""
-    evidence = Evidence(origin=str(root) if root is not None else "command line")
+    named = [] if loose is None else loose.names()
+    shown = ", ".join(named[:ORIGIN_NAMES]) + (
+        f" and {len(named) - ORIGIN_NAMES} more" if len(named) > ORIGIN_NAMES else ""
+    )
+    evidence = Evidence(origin=str(root) if root is not None else shown or "nothing given")
     reader = _Reader(root, evidence)
     if root is not None:
         _read_bundle(reader, root)
@@ -360,6 +398,8 @@ def _bundle_file(reader: _Reader, path: Path) -> bool:
 def _read_loose(reader: _Reader, files: LooseFiles) -> None:
     for path in files.logs:
         reader.log(path)
+    for name, data in files.log_texts:
+        reader.log_from(name, functools.partial(open_log_stream, io.BytesIO(data)))
     for path in files.nvidia_smi:
         if path.suffix == ".csv":
             reader.gpu_csv(path)

@@ -1,9 +1,10 @@
 """The incident report: one self-contained HTML page (inline CSS, inline SVG plots, no script, no network).
 
-``build`` is pure: a diagnosis and its evidence in, the page as a string out; only the CLI writes it. Order:
-the verdict, the path through the flowchart, the ranked causes with their evidence and fixes, the plots over
-time, the load test, what was missing and how to collect it, what the runbook has seen before, then the
-details (GPUs, kernel, launch, read problems). Every string from the evidence is escaped (:func:`esc`).
+``build`` is pure: a diagnosis and its evidence in, the page as a string out; only the CLI writes it. Order, as an
+incident report reads: the verdict with the first cause and its fix (and any figures that disagree), the path
+through the flowchart, the ranked causes with their evidence and fixes, the plots on one time axis, the load test,
+the stack and launch configuration, what to collect next, what the runbook has seen before, then the details
+(GPUs, kernel, read problems). Every string from the evidence is escaped (:func:`esc`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from llmtriage.catalog import Thresholds, Tree
 from llmtriage.diagnose.model import INCONCLUSIVE_NOTE, Diagnosis, Evidence, PathStep
 from llmtriage.facts import BenchFigures, Citation, GpuFacts, GpuSample, KernelFacts, LaunchConfig, MetricsFacts
 from llmtriage.facts import Evidence as EvidenceFacts
+from llmtriage.parse import prom
 from llmtriage.report import svg, timeseries
 from llmtriage.report.bench import BenchRun
 from llmtriage.report.markup import esc, esc_code
 
 MAX_LISTED = 50
+CLOCK_RATIO = 1.5
+"""A server-side TTFT p95 this many times the client's (or longer than the whole run) cannot be the same clock."""
 """Longest list (kernel events, read problems, inputs) shown in full; the rest is counted."""
 COLLECT_SERIES = (
     "llmtriage capture --metrics-url http://HOST:PORT/metrics --duration 5m --interval 1s"
@@ -32,7 +36,7 @@ CSS = """
 --warn:#9a6700;--on:#0b5cad}
 *{box-sizing:border-box}
 body{margin:0;font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:var(--bg)}
-main{max-width:1080px;margin:0 auto;padding:20px 24px 60px}
+main{max-width:1080px;margin:0 auto;padding:16px 16px 60px}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:18px;margin:34px 0 10px;border-bottom:1px solid var(--line);
 padding-bottom:4px}h3{font-size:15px;margin:16px 0 6px}
 code,pre{font:13px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
@@ -43,7 +47,14 @@ nav{font-size:13px;margin:6px 0 0}nav a{margin-right:12px;color:var(--on)}
 .verdict{border:2px solid var(--bad);border-radius:8px;padding:14px 18px;margin-top:14px;background:#fff6f5}
 .verdict.healthy{border-color:var(--ok);background:#f3fbf5}
 .verdict .cls{font-size:22px;font-weight:700;color:var(--bad)}.verdict.healthy .cls{color:var(--ok)}
-.verdict p{margin:6px 0}
+.verdict p{margin:6px 0}.verdict .fix1{font-size:16px}
+.clocks{border-left:4px solid var(--warn);background:#fff8e6;padding:6px 10px;margin:8px 0;font-size:14px}
+.bad{color:var(--bad);font-weight:700}.sparse{margin:10px 0}
+ol.path{margin:4px 0 8px;padding-left:22px}ol.path li{margin:4px 0}
+svg .event{stroke-width:1.5;stroke-dasharray:4 3}svg .event.breach{stroke:var(--warn)}svg .event.error{stroke:var(--bad)}
+svg .et{text-anchor:start;font-weight:700}.warnkey{color:var(--warn);font-weight:700}svg .et.breach{fill:var(--warn)}svg .et.error{fill:var(--bad)}
+.events{font-size:13px;margin:4px 0;padding-left:20px}
+table{max-width:100%;display:block;overflow-x:auto}
 .tree,.tree ul{list-style:none;margin:0;padding-left:18px}.tree{padding-left:0}
 .tree li{position:relative;padding:3px 0 3px 14px;border-left:1px solid var(--line)}
 .tree li:last-child{border-left-color:transparent}
@@ -55,7 +66,7 @@ border-bottom:1px solid var(--line)}
 .tree .taken>.node,.tree .taken>.ans{color:var(--on)}
 .ans{font-weight:600}.leaf{display:inline-block;padding:0 6px;border:1px solid var(--line);border-radius:10px;font-size:13px}
 .taken>.leaf{border:2px solid var(--on);background:#e8f1fb;font-weight:700}
-.why{font-size:13px;color:var(--dim);margin:2px 0 2px 4px}
+.why{font-size:13px;margin:2px 0 2px 4px}
 .cause{border:1px solid var(--line);border-radius:6px;padding:10px 14px;margin:10px 0}
 .cause h3{margin:0 0 6px}.kind{font-size:12px;padding:1px 6px;border-radius:8px;background:var(--soft);color:var(--dim)}
 .kind.hardware{background:#fde8e6;color:var(--bad)}
@@ -63,7 +74,7 @@ border-bottom:1px solid var(--line)}
 overflow:hidden}.conf b{display:block;height:100%;background:var(--on)}
 ul.ev,ol.fix{margin:4px 0 8px;padding-left:22px}ul.ev li{margin:2px 0}
 .excerpt{white-space:pre-wrap;overflow-wrap:anywhere}
-.note{color:var(--dim);font-style:italic}
+.note{font-style:italic}
 figure{margin:18px 0;padding:0}figcaption{font-weight:600}
 svg.chart{width:100%;height:auto;display:block;margin-top:4px}
 svg .plot{fill:#fbfcfd;stroke:var(--line)}svg .grid{stroke:#e7ebef;stroke-width:1}
@@ -81,6 +92,7 @@ dl.kv{columns:3 260px;column-gap:24px;font-size:13px;margin:6px 0}dl.kv div{brea
 border-bottom:1px solid var(--soft);padding:2px 0}dl.kv dt{color:var(--dim);min-width:40%}dl.kv dd{margin:0;
 overflow-wrap:anywhere}
 footer{margin-top:40px;font-size:12px;color:var(--dim)}
+@media (max-width:600px){svg text{font-size:19px}.verdict{padding:10px 12px}h2{margin-top:26px}}
 """
 
 
@@ -92,15 +104,17 @@ def build(
 ) -> str:
     """The whole report page. ``bench``: the bundle's load test, when one ran; ``thresholds``: the ones used."""
     limits = thresholds or catalog.thresholds()
-    charts = timeseries.charts(evidence.gpu, evidence.metrics, evidence.logs, limits)
+    plotted = timeseries.over_time(evidence.gpu, evidence.metrics, evidence.logs, limits, bench)
+    clocks = _clocks(evidence.metrics, bench)
     title = f"llmtriage: {diagnosis.symptom_class} — {diagnosis.origin}"
     sections = [
-        _verdict(diagnosis),
+        _verdict(diagnosis, bench, clocks),
         _section("flowchart", "Path through the flowchart", _flowchart(catalog.tree(), diagnosis.path)),
         _section("causes", "Causes, most likely first", _causes(diagnosis)),
-        _section("plots", "Over time", _plots(charts)),
-        _section("bench", "Load test", _bench(bench, evidence)),
-        _section("missing", "Not in the evidence: collect it next time", _missing(diagnosis)),
+        _section("plots", "Over time", _plots(plotted, clocks is not None)),
+        _section("bench", "Load test", _bench(bench, evidence, limits)),
+        _section("stack", "Stack and launch configuration", _stack(diagnosis, evidence)),
+        _section("missing", "What to collect next", _missing(diagnosis)),
         _section("runbook", "Seen before (runbook)", _seen_before(diagnosis)),
         _section("details", "Details", _details(diagnosis, evidence)),
     ]
@@ -111,22 +125,31 @@ def build(
             ("causes", "Causes"),
             ("plots", "Over time"),
             ("bench", "Load test"),
-            ("missing", "Missing"),
+            ("stack", "Stack"),
+            ("missing", "Collect next"),
             ("runbook", "Seen before"),
             ("details", "Details"),
         )
     )
+    return page(
+        title,
+        CSS,
+        f'<h1>llmtriage incident report</h1><div class="dim small">evidence: <code>{esc(diagnosis.origin)}</code>'
+        f"{_engine(diagnosis)}</div>\n" + sections[0] + f"<nav>{nav}</nav>\n" + "\n".join(sections[1:]) + "\n",
+    )
+
+
+def page(title: str, css: str, body: str) -> str:
+    """A self-contained page: no scripts and no network (its Content-Security-Policy says so), ``body`` in
+    ``<main>`` above the footer."""
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f'<meta name="generator" content="llmtriage {esc(__version__)}">'
-        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>"
-        f'<h1>llmtriage incident report</h1><div class="dim small">evidence: <code>{esc(diagnosis.origin)}</code>'
-        f"{_engine(diagnosis)}</div>{_stack(diagnosis)}<nav>{nav}</nav>\n"
-        + "\n".join(sections)
-        + f"\n<footer>llmtriage {esc(__version__)}. The page is self-contained: no scripts, no network.</footer>"
+        f"<title>{esc(title)}</title><style>{css}</style></head>\n<body><main>"
+        f"{body}<footer>llmtriage {esc(__version__)}. The page is self-contained: no scripts, no network.</footer>"
         "</main></body></html>\n"
     )
 
@@ -142,21 +165,66 @@ def _engine(diagnosis: Diagnosis) -> str:
     return f" · engine: {esc(diagnosis.engine + version)}"
 
 
-def _stack(diagnosis: Diagnosis) -> str:
-    if diagnosis.stack is None:
-        return ""
-    lines = "".join(f"<div>{esc(line)}</div>" for line in diagnosis.stack.lines())
-    return f'<div class="dim small" id="stack">stack: {lines}</div>'
-
-
 def _percent(confidence: float) -> str:
     return f"{confidence * 100:.0f}%"
+
+
+# ---------------------------------------------------------------- clocks
+
+
+def _server_ttft_p95_s(metrics: MetricsFacts | None, bench: BenchRun) -> float | None:
+    """TTFT p95 as the server's /metrics histogram has it over the load test: the bench's own reading, or the
+    scrapes taken while it ran (a capture's other scrapes cover other requests)."""
+    if bench.server_ttft_p95_ms is not None:
+        return bench.server_ttft_p95_ms / 1000.0
+    if metrics is None or bench.origin_epoch_s is None or bench.duration_s is None:
+        return None
+    start, end = bench.origin_epoch_s - 1.0, bench.origin_epoch_s + bench.duration_s + 1.0
+    during = [s for s in metrics.snapshots if s.timestamp_s is not None and start <= s.timestamp_s <= end]
+    if len(during) < 2:
+        return None
+    delta = prom.histogram_delta(during[0].histograms.get("ttft_seconds"), during[-1].histograms.get("ttft_seconds"))
+    return prom.quantile(delta, 0.95)
+
+
+def _clocks(metrics: MetricsFacts | None, bench: BenchRun | None) -> str | None:
+    """A note when the server's latencies and the load test's cannot be in the same clock; None when they can."""
+    if bench is None:
+        return None
+    server = _server_ttft_p95_s(metrics, bench)
+    ttft = bench.distribution("TTFT")
+    client = ttft.stats.p95 / 1000.0 if ttft is not None and ttft.stats.p95 is not None else None
+    if server is None or (client is None and bench.duration_s is None):
+        return None
+    too_long = bench.duration_s is not None and server > bench.duration_s
+    if not too_long and (client is None or server <= CLOCK_RATIO * client):
+        return None
+    measured = [f"the load test measured {client:.3g} s (its TTFT p95)" if client is not None else ""]
+    if bench.duration_s is not None:
+        measured.append(f"the whole load test took {bench.duration_s:.3g} s")
+    return (
+        f"<strong>Two clocks.</strong> The server's own /metrics put TTFT p95 at <strong>{server:.3g} s</strong>; "
+        f"on this host's wall clock {esc(' and '.join(m for m in measured if m))}. A server cannot see a longer "
+        "TTFT than its client, so its clock is not the wall clock (the llmtriage simulator reports simulated time, "
+        "<code>--speed</code> times the wall clock). The flowchart, the causes and the /metrics latencies are "
+        "in the server's clock; the load test and the plots' time axis are in the wall clock."
+    )
 
 
 # ---------------------------------------------------------------- verdict
 
 
-def _verdict(diagnosis: Diagnosis) -> str:
+def _bench_headline(run: BenchRun | None) -> str:
+    if run is None or not run.requests_measured:
+        return ""
+    measured, failed = run.requests_measured, run.requests_failed or 0
+    if failed:
+        worst = f" ({esc(run.errors[0][0])})" if run.errors else ""
+        return f'<p>Load test: <span class="bad">{failed:,} of {measured:,} requests failed</span>{worst}.</p>'
+    return ""
+
+
+def _verdict(diagnosis: Diagnosis, bench: BenchRun | None, clocks: str | None) -> str:
     healthy = " healthy" if diagnosis.healthy else ""
     lines = [
         f'<div class="verdict{healthy}" id="verdict"><div class="cls">{esc(diagnosis.symptom_title)}</div>',
@@ -169,7 +237,7 @@ def _verdict(diagnosis: Diagnosis) -> str:
             f"(confidence {_percent(top.confidence)})</p>"
         )
         if top.fixes:
-            lines.append(f"<p>First fix: {esc_code(top.fixes[0])}</p>")
+            lines.append(f'<p class="fix1">First fix: <strong>{esc_code(top.fixes[0])}</strong></p>')
         if len(diagnosis.causes) > 1:
             others = ", ".join(f"{esc(c.title)} ({_percent(c.confidence)})" for c in diagnosis.causes[1:])
             lines.append(f'<p class="small">Also: {others}</p>')
@@ -178,7 +246,13 @@ def _verdict(diagnosis: Diagnosis) -> str:
     elif diagnosis.symptom_class == "inconclusive":
         lines.append(f"<p>{esc(INCONCLUSIVE_NOTE)}</p>")
     else:
-        lines.append("<p>No cause could be named from this evidence: see what was missing below.</p>")
+        lines.append("<p>No cause could be named from this evidence: see what to collect next below.</p>")
+    lines.append(_bench_headline(bench))
+    if clocks is not None:
+        lines.append(f'<div class="clocks" id="clocks">{clocks}</div>')
+    for note in diagnosis.version_notes:
+        sources = ", ".join(f'<a href="{esc(url)}">{esc(url)}</a>' for url in note.source)
+        lines.append(f'<p class="small version-note">Known regression: {esc(note.summary)} ({sources})</p>')
     if diagnosis.seen_before:
         lines.append(f'<p class="small">Seen before: {esc(diagnosis.seen_before[0].get("summary", ""))}</p>')
     lines.append("</div>")
@@ -199,9 +273,17 @@ def _citation(citation: Citation) -> str:
     return f"<code>{esc(where)}</code>{excerpt}"
 
 
-def _evidence(evidence: Evidence) -> str:
-    note = f' <span class="note">— {esc(evidence.note)}</span>' if evidence.note else ""
-    return _citation(evidence.citation) + note
+def _evidence_lines(evidence: Sequence[Evidence]) -> list[str]:
+    """One line per cited place (file:line, or metric and source): the notes of the same place joined on it."""
+    notes: dict[Citation, list[str]] = {}
+    for e in evidence:
+        said = notes.setdefault(e.citation, [])
+        if e.note and e.note not in said:
+            said.append(e.note)
+    return [
+        _citation(citation) + (f' <span class="note">— {esc("; ".join(said))}</span>' if said else "")
+        for citation, said in notes.items()
+    ]
 
 
 def _flowchart(tree: Tree, path: Sequence[PathStep]) -> str:
@@ -213,14 +295,13 @@ def _flowchart(tree: Tree, path: Sequence[PathStep]) -> str:
         for branch in tree.questions[question_id].branches:
             taken = step is not None and branch.answer == step.answer
             cls = "taken" if taken else ("off" if step is not None else "")
-            why = "".join(f'<div class="why">{_evidence(e)}</div>' for e in step.evidence[:2]) if taken and step else ""
             if branch.symptom_class is not None:
                 leaf = tree.classes.get(branch.symptom_class, branch.symptom_class)
-                target = f'<span class="leaf" title="{esc(branch.symptom_class)}">{esc(leaf)}</span>{why}'
+                target = f'<span class="leaf" title="{esc(branch.symptom_class)}">{esc(leaf)}</span>'
             elif branch.next is not None:
                 following = steps.get(branch.next) if taken else None
                 target = (
-                    f'<span class="node">{esc(tree.questions[branch.next].text)}</span>{why}'
+                    f'<span class="node">{esc(tree.questions[branch.next].text)}</span>'
                     f"{answers(branch.next, following)}"
                 )
             else:
@@ -228,12 +309,25 @@ def _flowchart(tree: Tree, path: Sequence[PathStep]) -> str:
             items.append(f'<li class="{cls}"><span class="ans">{esc(branch.answer)}</span> → {target}</li>')
         return f"<ul>{''.join(items)}</ul>"
 
+    taken = []
+    for step in path:
+        branch = tree.questions[step.question_id].branch(step.answer)
+        leaf = (
+            f' → <span class="leaf">{esc(tree.classes.get(branch.symptom_class, branch.symptom_class))}</span>'
+            if branch.symptom_class is not None
+            else ""
+        )
+        why = "".join(f'<div class="why">{line}</div>' for line in _evidence_lines(step.evidence)[:2])
+        taken.append(
+            f"<li>{esc(tree.questions[step.question_id].text)} <strong>{esc(step.answer)}</strong>{leaf}{why}</li>"
+        )
     note = (
-        '<p class="small dim">The path taken is in blue, with the evidence for each answer; '
-        "hardware causes are checked on every path and rank above configuration causes.</p>"
+        '<span class="small">The whole flowchart, with the path in blue (hardware causes are checked on every '
+        "path and rank above configuration causes)</span>"
     )
     root = f'<span class="node">{esc(tree.questions[tree.root].text)}</span>'
-    return f'{note}<ul class="tree"><li class="taken">{root}{answers(tree.root, steps.get(tree.root))}</li></ul>'
+    whole = f'<ul class="tree"><li class="taken">{root}{answers(tree.root, steps.get(tree.root))}</li></ul>'
+    return f'<ol class="path">{"".join(taken)}</ol><details><summary>{note}</summary>{whole}</details>'
 
 
 # ---------------------------------------------------------------- causes
@@ -248,7 +342,7 @@ def _causes(diagnosis: Diagnosis) -> str:
         return "<p>No cause reached the confidence to be named. The missing evidence below is the next step.</p>"
     out = []
     for rank, cause in enumerate(diagnosis.causes, start=1):
-        evidence = "".join(f"<li>{_evidence(e)}</li>" for e in cause.evidence)
+        evidence = "".join(f"<li>{line}</li>" for line in _evidence_lines(cause.evidence))
         fixes = "".join(f"<li>{esc_code(fix)}</li>" for fix in cause.fixes)
         out.append(
             f'<article class="cause" id="cause-{esc(cause.id)}"><h3>{rank}. {esc(cause.title)} '
@@ -264,22 +358,61 @@ def _causes(diagnosis: Diagnosis) -> str:
 # ---------------------------------------------------------------- plots
 
 
-def _figure(chart: timeseries.Chart) -> str:
-    caption = f"{chart.caption}; {chart.samples:,} samples" if chart.samples > 1 else chart.caption
+def _reading(chart: timeseries.Chart, timeline: timeseries.Timeline | None) -> str:
+    """A chart of fewer than two readings, said as a sentence: its one value of each series, and when."""
+    values = []
+    when = ""
+    for series in chart.series:
+        if series.dashed and series.name.startswith(("SLO", "nearly full")):
+            continue  # a reference line, not a reading
+        point = next(((x, y) for x, y in series.points if y is not None), None)
+        if point is None:
+            continue
+        values.append(f"{series.name} {svg.format_value(point[1])}")
+        if not when and chart.x_kind == "time" and timeline is not None:
+            when = f" at {timeline.clock(point[0])} UTC"
+    shown = ", ".join(values) if values else "nothing measured"
     return (
-        f'<figure id="plot-{esc(chart.id)}"><figcaption>{esc(chart.title)} '
-        f'<span class="dim">({esc(chart.unit)})</span></figcaption>'
-        f'{svg.line_chart(chart)}{svg.legend(chart)}<p class="cap">{esc(caption)}</p></figure>'
+        f'<p class="sparse" id="plot-{esc(chart.id)}"><strong>{esc(chart.title)}</strong>: one reading, '
+        f"{esc(shown)} {esc(chart.unit)}{esc(when)} <span class=dim>({esc(chart.caption)})</span>.</p>"
     )
 
 
-def _plots(charts: Sequence[timeseries.Chart]) -> str:
+def _figure(chart: timeseries.Chart, timeline: timeseries.Timeline | None, server_clock: bool) -> str:
+    if chart.samples < 2:
+        return _reading(chart, timeline)
+    caption = f"{chart.caption}; {chart.samples:,} samples"
+    if server_clock and chart.id in ("ttft", "decode"):
+        caption += "; latencies in the server's clock (see the note on two clocks above)"
+    if chart.x_kind != "time":
+        caption += "; x: in order, no times to place it on the page's time axis"
+    return (
+        f'<figure id="plot-{esc(chart.id)}"><figcaption>{esc(chart.title)} '
+        f'<span class="dim">({esc(chart.unit)})</span></figcaption>'
+        f'{svg.line_chart(chart, timeline)}{svg.legend(chart)}<p class="cap">{esc(caption)}</p></figure>'
+    )
+
+
+def _timeline(timeline: timeseries.Timeline) -> str:
+    notes = "; ".join(timeline.notes)
+    events = "".join(
+        f'<li><span class="{"bad" if e.kind == "error" else "warnkey"}">{esc(e.kind)}</span> at '
+        f"{esc(timeline.clock(e.at_s, tenths=True))}: {esc(e.label)}</li>"
+        for e in timeline.events
+    )
+    marked = f'<ul class="events">{events}</ul>' if events else ""
+    return f'<p class="cap" id="timeline">{esc(timeline.day())}, {esc(notes)}.</p>{marked}'
+
+
+def _plots(plotted: timeseries.OverTime, server_clock: bool) -> str:
+    charts = plotted.charts
     lacking = []
-    if all(c.id.startswith("gpu-") for c in charts):
+    if all(c.id.startswith(("gpu-", "requests-latency")) for c in charts):
         lacking.append("scrapes of /metrics over time (latency, requests, KV cache, throughput)")
     if not any(c.id.startswith("gpu-") for c in charts):
         lacking.append("GPU samples over time (memory, power, temperature, clocks)")
-    body = "".join(_figure(c) for c in charts)
+    body = _timeline(plotted.timeline) if plotted.timeline is not None and charts else ""
+    body += "".join(_figure(c, plotted.timeline, server_clock) for c in charts)
     if lacking:
         body += (
             f"<p>No {' and no '.join(esc(x) for x in lacking)} in the evidence. "
@@ -291,15 +424,39 @@ def _plots(charts: Sequence[timeseries.Chart]) -> str:
 # ---------------------------------------------------------------- load test
 
 
-def _bench(run: BenchRun | None, evidence: EvidenceFacts) -> str:
+def _counts(run: BenchRun) -> str:
+    measured, completed, failed = run.requests_measured, run.requests_completed, run.requests_failed
+    parts = []
+    if measured:
+        if completed is not None:
+            parts.append(f"completed <strong>{completed:,} of {measured:,}</strong>")
+        if failed:
+            parts.append(f'<span class="bad">failed {failed:,} of {measured:,} ({failed / measured:.0%})</span>')
+        elif failed == 0:
+            parts.append("failed 0")
+        if run.good_requests is not None:
+            slos = [
+                f"{name} ≤ {value:g} ms"
+                for name, value in (("TTFT", run.slo_ttft_ms), ("TPOT", run.slo_tpot_ms))
+                if value is not None
+            ]
+            within = f" ({', '.join(slos)})" if slos else ""
+            parts.append(f"within the SLOs{esc(within)}: <strong>{run.good_requests:,} of {measured:,}</strong>")
+    else:
+        if completed is not None:
+            parts.append(f"completed <strong>{completed:,}</strong>")
+        if failed is not None:
+            parts.append(f"failed <strong>{failed:,}</strong>")
+    return " · ".join(parts)
+
+
+def _bench(run: BenchRun | None, evidence: EvidenceFacts, limits: Thresholds) -> str:
     figures = evidence.bench or (evidence.logs.bench if evidence.logs is not None else None)
     parts = []
     if run is not None:
         facts = [
             ("run", run.label),
             ("load", run.load),
-            ("completed", None if run.requests_completed is None else f"{run.requests_completed:,}"),
-            ("failed", None if run.requests_failed is None else f"{run.requests_failed:,}"),
             (
                 "output tokens/s",
                 None if run.output_token_throughput_per_s is None else f"{run.output_token_throughput_per_s:,.1f}",
@@ -307,24 +464,50 @@ def _bench(run: BenchRun | None, evidence: EvidenceFacts) -> str:
         ]
         shown = " · ".join(f"{name}: <strong>{esc(value)}</strong>" for name, value in facts if value is not None)
         parts.append(f"<p>From <code>{esc(run.source)}</code>{': ' + shown if shown else ''}</p>")
+        counts = _counts(run)
+        if counts:
+            parts.append(f"<p>{counts}</p>")
+        if run.errors:
+            parts.append(
+                "<table><tr><th>requests</th><th>failed with</th></tr>"
+                + "".join(f"<tr><td class=n>{n:,}</td><td>{esc(what)}</td></tr>" for what, n in run.errors)
+                + "</table>"
+            )
+        parts.append(
+            "<p class=\"small\">Measured by the load test's client on the wall clock: a request's TTFT and E2E "
+            "include the network and the server's queue.</p>"
+        )
         if run.distributions:
             parts.append(_stats_table(run))
+            slo_ms = {
+                "TTFT": run.slo_ttft_ms if run.slo_ttft_ms is not None else limits.slo.ttft_p95_s * 1000.0,
+                "TPOT": run.slo_tpot_ms,
+            }
             for d in run.distributions:
                 s = d.stats
+                if len(d.values_ms) < 2:
+                    parts.append(
+                        f'<p class="sparse" id="bench-{esc(d.name.split()[0].lower())}"><strong>{esc(d.name)}</strong>: '
+                        f"one value, {_ms(s.max)} ms: too few for a distribution.</p>"
+                    )
+                    continue
                 markers = [
                     svg.Marker(value, label)
-                    for value, label in ((s.p50, "p50"), (s.p95, "p95"), (s.p99, "p99"))
+                    for value, label in ((s.p50, "p50"), (s.p95, "p95"), (s.p99, "p99"), (slo_ms.get(d.name), "SLO"))
                     if value is not None
                 ]
                 parts.append(
-                    f'<figure id="bench-{esc(d.name.split()[0].lower())}"><figcaption>{esc(d.name)} distribution '
-                    f'<span class="dim">(ms)</span></figcaption>{svg.histogram(d.name, "ms", d.values_ms, markers)}'
-                    f'<p class="cap">{len(d.values_ms):,} values; bars up to the 99.5th percentile, the rest in '
-                    "the last bar; dashed lines: p50, p95, p99</p></figure>"
+                    f'<figure id="bench-{esc(d.name.split()[0].lower())}"><figcaption>{esc(d.name)}: share of '
+                    f'requests at or under each latency <span class="dim">(ms, %)</span></figcaption>'
+                    f"{svg.cdf(d.name, 'ms', d.values_ms, markers)}"
+                    f'<p class="cap">{len(d.values_ms):,} values; dashed lines: '
+                    f"{', '.join(m.label for m in markers)}</p></figure>"
                 )
+        elif run.requests:
+            parts.append("<p>No request completed, so there is no latency distribution to draw.</p>")
         else:
             parts.append("<p>No per-request latencies (<code>requests.csv</code>) with this run.</p>")
-        parts.extend(f'<p class="small dim">{esc(p.source)}: {esc(p.message)}</p>' for p in run.problems)
+        parts.extend(f'<p class="small">{esc(p.source)}: {esc(p.message)}</p>' for p in run.problems)
     elif figures is not None and figures.citations:
         parts.append(_figures_table(figures))
     else:
@@ -522,16 +705,27 @@ def _server_config(metrics: MetricsFacts) -> str:
     return "".join(parts)
 
 
+def _stack(diagnosis: Diagnosis, evidence: EvidenceFacts) -> str:
+    parts = []
+    if diagnosis.stack is not None:
+        lines = "".join(f"<li>{esc(line)}</li>" for line in diagnosis.stack.lines())
+        parts.append(f'<ul class="ev" id="stack-lines">{lines}</ul>')
+    if evidence.launch is not None:
+        parts.append(_launch_details(evidence.launch))
+    if evidence.metrics is not None:
+        parts.append(_server_config(evidence.metrics))
+    return "".join(parts) or (
+        "<p>No stack (versions) or launch configuration in the evidence: a bundle keeps them in "
+        "<code>config/</code> (<code>llmtriage capture --pid PID</code>).</p>"
+    )
+
+
 def _details(diagnosis: Diagnosis, evidence: EvidenceFacts) -> str:
     parts = []
     if evidence.gpu is not None:
         parts.append(_gpu_details(evidence.gpu))
     if evidence.kernel is not None:
         parts.append(_kernel_details(evidence.kernel))
-    if evidence.launch is not None:
-        parts.append(_launch_details(evidence.launch))
-    if evidence.metrics is not None:
-        parts.append(_server_config(evidence.metrics))
     if diagnosis.problems:
         parts.append("<h3>Read with problems</h3>" + _capped([esc(p) for p in diagnosis.problems]))
     if diagnosis.inputs:

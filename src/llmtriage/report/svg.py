@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmtriage.report.markup import esc
-from llmtriage.report.timeseries import Band, Chart, Series
+from llmtriage.report.timeseries import Band, Chart, Series, Timeline
 
 WIDTH = 720
 HEIGHT = 220
@@ -24,7 +24,7 @@ BUCKET_PX = 2.0
 MARKERS_UP_TO = 40
 """Series with at most this many points are drawn with a dot on each point."""
 PALETTE = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7")
-_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+_TIME_STEPS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
 def _num(value: float) -> str:
@@ -135,6 +135,37 @@ def _x_ticks(lo: float, hi: float, kind: str) -> list[tuple[float, str]]:
     return [(first + i * step, label(first + i * step)) for i in range(count)]
 
 
+def _clock_ticks(lo: float, hi: float, timeline: Timeline) -> list[tuple[float, str]]:
+    """Ticks of the page's time axis at round wall-clock times, labelled with the time of day (UTC)."""
+    span = hi - lo
+    # Few ticks: a label such as 11:44:48.5 must still fit between two when the chart is a phone's width.
+    step = next((float(s) for s in _TIME_STEPS if span / s <= 5), float(_TIME_STEPS[-1]))
+    start = timeline.origin_epoch_s
+    first = math.ceil((start + lo) / step - 1e-9) * step - start
+    count = int((hi - first) / step + 1e-9) + 1
+    ticks = []
+    for i in range(count):
+        x = first + i * step
+        ticks.append((x, timeline.clock(x, tenths=step < 1)))
+    return ticks
+
+
+def _events(timeline: Timeline, x_of: Scale) -> list[str]:
+    """The breach and the first error as vertical lines across the plot, each with its label as a tooltip."""
+    out = []
+    for i, event in enumerate(timeline.events):
+        px = x_of(event.at_s)
+        x = _num(px)
+        # Near the right edge the label goes to the left of its line, so it is not cut off.
+        right = px > LEFT + PLOT_W - 70
+        label_x, anchor = (_num(px - 3), ' style="text-anchor:end"') if right else (_num(px + 3), "")
+        out.append(
+            f'<path class="event {esc(event.kind)}" d="M{x} {TOP}V{TOP + PLOT_H}"><title>{esc(event.label)}</title></path>'
+            f'<text class="et {esc(event.kind)}" x="{label_x}" y="{TOP + 14 + 18 * i}"{anchor}>{esc(event.kind)}</text>'
+        )
+    return out
+
+
 def _y_grid(lo: float, hi: float, y_of: Scale) -> list[str]:
     """Horizontal grid lines with their labels."""
     step = nice_step(hi - lo)
@@ -174,20 +205,26 @@ def _merge_bands(bands: Sequence[Band], x_of: Scale) -> list[tuple[float, float,
     return [(a, b, "; ".join(labels)) for a, b, labels in merged]
 
 
-def line_chart(chart: Chart) -> str:
-    """``chart`` as one ``<svg>`` element (series colours follow :data:`PALETTE`, as :func:`legend` shows)."""
+def line_chart(chart: Chart, timeline: Timeline | None = None) -> str:
+    """``chart`` as one ``<svg>`` element (series colours follow :data:`PALETTE`, as :func:`legend` shows). On the
+    page's ``timeline`` a time chart spans the whole axis, with wall-clock ticks and the timeline's events."""
     runs = [_runs(s) for s in chart.series]
-    xs = [x for series_runs in runs for run in series_runs for x, _ in run]
-    xs += [edge for band in chart.bands for edge in (band.start, band.end)]
-    x_lo, x_hi = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    on_axis = timeline is not None and chart.x_kind == "time"
+    if timeline is not None and on_axis:
+        x_lo, x_hi = 0.0, timeline.end_s
+    else:
+        xs = [x for series_runs in runs for run in series_runs for x, _ in run]
+        xs += [edge for band in chart.bands for edge in (band.start, band.end)]
+        x_lo, x_hi = (min(xs), max(xs)) if xs else (0.0, 1.0)
     if x_hi <= x_lo:
         x_lo, x_hi = x_lo - 1.0, x_hi + 1.0
     y_lo, y_hi = _y_range(chart, runs)
     x_of = Scale(x_lo, x_hi, LEFT, PLOT_W)
     y_of = Scale(y_lo, y_hi, TOP, PLOT_H, flip=True)
     label = esc(f"{chart.title} ({chart.unit})")
+    domain = f' data-x0="{_num(x_lo)}" data-x1="{_num(x_hi)}"' if on_axis else ""
     parts = [
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{label}">',
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{label}"{domain}>',
         f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}"/>',
     ]
     for a, b, text in _merge_bands(chart.bands, x_of):
@@ -196,25 +233,63 @@ def line_chart(chart: Chart) -> str:
             f"<title>{esc(text)}</title></rect>"
         )
     parts.extend(_y_grid(y_lo, y_hi, y_of))
-    for value, text in _x_ticks(x_lo, x_hi, chart.x_kind):
+    ticks = (
+        _clock_ticks(x_lo, x_hi, timeline) if timeline is not None and on_axis else _x_ticks(x_lo, x_hi, chart.x_kind)
+    )
+    for value, text in ticks:
         px = _num(x_of(value))
         parts.append(f'<path class="grid" d="M{px} {TOP}V{TOP + PLOT_H}"/>')
         parts.append(f'<text class="xt" x="{px}" y="{HEIGHT - 8}">{esc(text)}</text>')
+    if timeline is not None and on_axis:
+        parts.extend(_events(timeline, x_of))
     for i, (series, series_runs) in enumerate(zip(chart.series, runs, strict=True)):
         colour = PALETTE[i % len(PALETTE)]
         path = []
-        for run in series_runs:
-            drawn = envelope(run, x_of)
-            path.append("M" + "L".join(f"{_num(x_of(x))} {_num(y_of(y))}" for x, y in drawn))
+        if not chart.dots:
+            for run in series_runs:
+                drawn = envelope(run, x_of)
+                path.append("M" + "L".join(f"{_num(x_of(x))} {_num(y_of(y))}" for x, y in drawn))
         dash = ' stroke-dasharray="5 4"' if series.dashed else ""
         if path:
             parts.append(
                 f'<path class="line" d="{"".join(path)}" stroke="{colour}"{dash}><title>{esc(series.name)}</title></path>'
             )
         few = sum(len(run) for run in series_runs) <= MARKERS_UP_TO
-        dots = [p for run in series_runs if few or len(run) == 1 for p in run]
+        dots = [p for run in series_runs if chart.dots or few or len(run) == 1 for p in run]
+        radius = 2.0 if chart.dots else 2.5
         for x, y in dots:
-            parts.append(f'<circle cx="{_num(x_of(x))}" cy="{_num(y_of(y))}" r="2.5" fill="{colour}"/>')
+            parts.append(f'<circle cx="{_num(x_of(x))}" cy="{_num(y_of(y))}" r="{radius}" fill="{colour}"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def cdf(title: str, unit: str, values: Sequence[float], markers: Sequence[Marker]) -> str:
+    """The share of ``values`` at or below each value (sorted; a step per value, or its envelope) as an ``<svg>``,
+    with ``markers`` (percentiles, an SLO) as labelled vertical lines."""
+    ordered = sorted(values)
+    n = len(ordered)
+    points = [(v, 100.0 * (i + 1) / n) for i, v in enumerate(ordered)]
+    lo = min(0.0, ordered[0])
+    hi = max([ordered[-1], *(m.value for m in markers)])
+    if hi <= lo:
+        hi = lo + 1.0
+    x_of = Scale(lo, hi, LEFT, PLOT_W)
+    y_of = Scale(0.0, 100.0, TOP, PLOT_H, flip=True)
+    label = esc(f"{title} ({unit})")
+    parts = [
+        f'<svg class="chart" data-kind="cdf" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{label}">',
+        f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}"/>',
+    ]
+    parts.extend(_y_grid(0.0, 100.0, y_of))
+    for value, tick in _x_ticks(lo, hi, "value"):
+        parts.append(f'<text class="xt" x="{_num(x_of(value))}" y="{HEIGHT - 8}">{esc(tick)}</text>')
+    drawn = envelope(points, x_of)
+    path = "M" + "L".join(f"{_num(x_of(x))} {_num(y_of(y))}" for x, y in drawn)
+    parts.append(f'<path class="line" d="{path}" stroke="{PALETTE[0]}"><title>{esc(title)}</title></path>')
+    for i, marker in enumerate(markers):
+        x = _num(x_of(marker.value))
+        parts.append(f'<path class="marker" d="M{x} {TOP}V{TOP + PLOT_H}"/>')
+        parts.append(f'<text class="mt" x="{x}" y="{TOP + 10 + 12 * i}">{esc(marker.label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -238,44 +313,3 @@ class Marker:
 
     value: float
     label: str
-
-
-def histogram(title: str, unit: str, values: Sequence[float], markers: Sequence[Marker], bins: int = 40) -> str:
-    """A histogram of ``values`` (bars up to the 99.5th percentile, the rest in the last bar) as an ``<svg>``."""
-    ordered = sorted(values)
-    first, cut = ordered[0], ordered[min(len(ordered) - 1, math.ceil(0.995 * len(ordered)) - 1)]
-    spread = cut - first
-    # From 0, unless the values sit far from it: then from just below the lowest, so a tight cluster shows.
-    step = nice_step(spread, 6)
-    lo = min(0.0, first) if first <= spread else math.floor((first - 0.05 * spread) / step) * step
-    hi = cut if cut > lo else lo + 1.0
-    width = (hi - lo) / bins
-    counts = [0] * bins
-    for v in ordered:
-        counts[min(bins - 1, max(0, int((v - lo) / width)))] += 1
-    x_of = Scale(lo, hi, LEFT, PLOT_W)
-    y_top = max(counts)
-    y_hi = math.ceil(y_top / nice_step(y_top)) * nice_step(y_top)
-    y_of = Scale(0.0, y_hi, TOP, PLOT_H, flip=True)
-    label = esc(f"{title} ({unit})")
-    parts = [
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{label}">',
-        f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}"/>',
-    ]
-    parts.extend(_y_grid(0.0, y_hi, y_of))
-    for value, tick in _x_ticks(lo, hi, "value"):
-        parts.append(f'<text class="xt" x="{_num(x_of(value))}" y="{HEIGHT - 8}">{esc(tick)}</text>')
-    bar = PLOT_W / bins
-    for i, count in enumerate(counts):
-        if count:
-            y = y_of(count)
-            parts.append(
-                f'<rect class="bar" x="{_num(LEFT + i * bar + 0.5)}" y="{_num(y)}" width="{_num(bar - 1)}" '
-                f'height="{_num(TOP + PLOT_H - y)}"><title>{count}</title></rect>'
-            )
-    for i, marker in enumerate(m for m in markers if lo <= m.value <= hi):
-        x = _num(x_of(marker.value))
-        parts.append(f'<path class="marker" d="M{x} {TOP}V{TOP + PLOT_H}"/>')
-        parts.append(f'<text class="mt" x="{x}" y="{TOP + 10 + 12 * i}">{esc(marker.label)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)

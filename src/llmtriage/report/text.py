@@ -67,6 +67,11 @@ def build(diagnosis: Diagnosis) -> RenderableType:
     elif diagnosis.symptom_class == "inconclusive":
         parts.append(Text(f"\nInconclusive: {INCONCLUSIVE_NOTE}.", style="yellow"))
 
+    if diagnosis.version_notes:
+        parts.append(Text("\nKnown regression of this version", style="bold yellow"))
+        for note in diagnosis.version_notes:
+            parts.append(Text(visible(f"• {note.summary} ({', '.join(note.source)})")))
+
     if diagnosis.seen_before:
         parts.append(Text("\nSeen before (runbook)", style="bold"))
         for match in diagnosis.seen_before:

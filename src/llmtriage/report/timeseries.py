@@ -1,13 +1,17 @@
 """Evidence -> the time series the HTML report plots: GPU samples, windows between metric scrapes, log stats.
 
 Pure: facts in, :class:`Chart` values out (every point kept; :mod:`llmtriage.report.svg` downsamples for
-drawing). Times are seconds from the first sample of the chart's source; GPU samples (the host's local
-clock, as ``nvidia-smi`` prints it) and scrapes (epoch seconds) each keep their own origin, named in the
-chart's caption.
+drawing). :func:`over_time` puts every chart of a page on one axis, the incident's wall clock (UTC): scrapes carry
+epoch seconds; the load test's requests are placed by its own scrape or start time; GPU samples and the log's
+stats lines carry the host's local clock, shifted by the whole quarter hours that bring them next to the scrapes
+(the host's zone; a bundle does not name it). Each :class:`Timeline` note says what was done. The breach of an
+SLO and the first error are marked on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -17,10 +21,17 @@ from itertools import pairwise
 
 from llmtriage import catalog
 from llmtriage.catalog import Thresholds
-from llmtriage.facts import GpuFacts, GpuSample, LogFacts, MetricsFacts, MetricSnapshot, StatsPoint
+from llmtriage.facts import GpuFacts, GpuSample, LogEvent, LogFacts, MetricsFacts, MetricSnapshot, StatsPoint
 from llmtriage.parse import prom
+from llmtriage.report.bench import BenchRun
 
 _EPOCH = datetime(1970, 1, 1)
+# vLLM "INFO 12-01 11:44:48 [", SGLang "[2026-12-01 11:44:48]": the server host's local clock.
+_LOG_TIME = re.compile(r"(?<!\d)(?:(\d{4})-)?(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?!\d)")
+ZONE_STEP_S = 900.0
+"""Time zones are whole quarter hours from UTC."""
+ZONE_SLACK_S = 300.0
+"""A local clock this close to a quarter-hour shift of the reference is taken to be that zone."""
 _GPU_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S")
 
 
@@ -56,11 +67,13 @@ class Chart:
     bands: tuple[Band, ...] = ()
     band_legend: str = ""
     y_max: float | None = None
+    dots: bool = False
+    """Draw points only (one per request), no line."""
 
     @property
     def samples(self) -> int:
-        """Measured points of the longest series."""
-        return max((sum(1 for _, y in s.points if y is not None) for s in self.series), default=0)
+        """Measured points of the longest series (dashed lines are references, such as an SLO, not measurements)."""
+        return max((sum(1 for _, y in s.points if y is not None) for s in self.series if not s.dashed), default=0)
 
 
 # ---------------------------------------------------------------- GPU samples
@@ -338,13 +351,275 @@ def log_stats_charts(logs: LogFacts | None, covered: set[str]) -> list[Chart]:
     return charts
 
 
-def charts(
-    gpu: GpuFacts | None, metrics: MetricsFacts | None, logs: LogFacts | None, thresholds: Thresholds
-) -> list[Chart]:
-    """Every chart the evidence supports: GPU memory, the scrapes, the log's stats for what scrapes lack, the GPU."""
+# ---------------------------------------------------------------- one time axis for the page
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A moment marked on every time chart: ``kind`` "breach" (an SLO first exceeded) or "error" (the first one)."""
+
+    at_s: float
+    kind: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """The page's time axis: x is seconds after ``origin_epoch_s`` (UTC); every time chart spans 0..``end_s``."""
+
+    origin_epoch_s: float
+    end_s: float
+    notes: tuple[str, ...]
+    events: tuple[Event, ...] = ()
+
+    def clock(self, x: float, tenths: bool = False) -> str:
+        """``x`` as the wall-clock time of day, UTC: ``11:44:48``, or ``11:44:48.5`` with ``tenths``."""
+        if not tenths:
+            return time.strftime("%H:%M:%S", time.gmtime(round(self.origin_epoch_s + x)))
+        at = round((self.origin_epoch_s + x) * 10)
+        return time.strftime("%H:%M:%S", time.gmtime(at // 10)) + f".{at % 10}"
+
+    def day(self) -> str:
+        return time.strftime("%Y-%m-%d", time.gmtime(self.origin_epoch_s))
+
+
+@dataclass(frozen=True, slots=True)
+class OverTime:
+    """What the page plots: its charts and, when any has times, the one axis they share."""
+
+    charts: list[Chart]
+    timeline: Timeline | None
+
+
+def zone_shift(local_first_s: float, reference_first_s: float | None) -> tuple[float, str]:
+    """The shift (seconds) that puts a local clock on UTC, and how it was found: the whole quarter hours between the
+    source's first reading and the reference's (scrapes, the load test), when they are that close to one."""
+    if reference_first_s is None:
+        return 0.0, "read as UTC (nothing else in the bundle has a time to align it with)"
+    gap = reference_first_s - local_first_s
+    shift = round(gap / ZONE_STEP_S) * ZONE_STEP_S
+    if abs(gap - shift) > ZONE_SLACK_S:
+        return 0.0, f"read as UTC: its first reading is {gap:+,.0f} s from the scrapes, no whole time zone apart"
+    if shift == 0:
+        return 0.0, "on UTC, as the scrapes"
+    hours, rest = divmod(abs(shift), 3600)
+    zone = f"{'-' if shift > 0 else '+'}{int(hours):02d}:{int(rest // 60):02d}"
+    return shift, f"a local clock, read as UTC{zone} to line up with the scrapes"
+
+
+def log_time_s(text: str, year: int) -> float | None:
+    """The timestamp of a log line (the server's local clock) as naive epoch seconds; ``year`` where it has none."""
+    m = _LOG_TIME.search(text)
+    if m is None:
+        return None
+    try:
+        month, day, hour, minute, second = (int(g) for g in m.groups()[1:])
+        when = datetime(int(m.group(1) or year), month, day, hour, minute, second)
+    except ValueError:
+        return None
+    return (when - _EPOCH).total_seconds()
+
+
+def _shifted(chart: Chart, dx: float, caption: str) -> Chart:
+    series = tuple(dataclasses.replace(s, points=tuple((x + dx, y) for x, y in s.points)) for s in chart.series)
+    bands = tuple(Band(b.start + dx, b.end + dx, b.label) for b in chart.bands)
+    return dataclasses.replace(chart, series=series, bands=bands, caption=caption)
+
+
+def _span(charts: Sequence[Chart]) -> tuple[float, float] | None:
+    xs = [x for c in charts for s in c.series for x, y in s.points if y is not None]
+    xs += [edge for c in charts for b in c.bands for edge in (b.start, b.end)]
+    return (min(xs), max(xs)) if xs else None
+
+
+def _request_charts(bench: BenchRun) -> list[Chart]:
+    """TTFT and E2E of every request of the load test at the time it was sent (x: seconds after its origin)."""
+    done = [r for r in bench.requests if not r.error_kind]
+    failed = [r for r in bench.requests if r.error_kind]
+    series = [
+        Series("TTFT", tuple((r.sent_s, r.ttft_ms) for r in done if r.ttft_ms is not None)),
+        Series("E2E latency", tuple((r.sent_s, r.e2e_ms) for r in done if r.e2e_ms is not None)),
+        Series("failed (time to the error)", tuple((r.sent_s, r.e2e_ms or 0.0) for r in failed)),
+    ]
+    drawn = tuple(s for s in series if s.points)
+    if not drawn:
+        return []
+    caption = "each dot: one request of the load test (bench/requests.csv), at the time it was sent"
+    return [Chart("requests-latency", "Per-request latency (load test)", "ms", drawn, caption, dots=True)]
+
+
+def _first_breach(charts: Sequence[Chart], bench: BenchRun | None, dx_bench: float | None) -> Event | None:
+    found: list[Event] = []
+    for chart_id, measured in (("ttft", "TTFT p95"), ("decode", "TPOT p95"), ("decode", "ITL p95")):
+        chart = next((c for c in charts if c.id == chart_id), None)
+        if chart is None:
+            continue
+        slo = next((s for s in chart.series if s.dashed), None)
+        line = next((s for s in chart.series if s.name == measured), None)
+        if slo is None or line is None or not slo.points or slo.points[0][1] is None:
+            continue
+        limit = slo.points[0][1]
+        over = next(((x, y) for x, y in line.points if y is not None and y > limit), None)
+        if over is not None:
+            found.append(
+                Event(
+                    over[0],
+                    "breach",
+                    f"{measured} over the SLO ({over[1]:.3g} > {limit:g} {chart.unit}) in the window ending here",
+                )
+            )
+    if bench is not None and dx_bench is not None and bench.slo_ttft_ms is not None:
+        slow = [r for r in bench.requests if not r.error_kind and (r.ttft_ms or 0.0) > bench.slo_ttft_ms]
+        if slow:
+            first = min(slow, key=lambda r: r.sent_s + (r.ttft_ms or 0.0) / 1000.0)
+            at = first.sent_s + (first.ttft_ms or 0.0) / 1000.0 + dx_bench
+            found.append(Event(at, "breach", f"a request's TTFT over the SLO ({first.ttft_ms:,.0f} ms)"))
+    return min(found, key=lambda e: e.at_s, default=None)
+
+
+def _log_error(logs: LogFacts | None, year: int) -> tuple[float, LogEvent] | None:
+    """The earliest error line of the log that carries a time: its local time (naive epoch seconds) and the line."""
+    timed = [
+        (at, event)
+        for event in (logs.events if logs is not None else ())
+        if event.role == "error" and (at := log_time_s(event.text, year)) is not None
+    ]
+    return min(timed, key=lambda pair: (pair[0], pair[1].line), default=None)
+
+
+def _first_error(
+    log_error: tuple[float, LogEvent] | None, log_dx: float | None, bench: BenchRun | None, dx_bench: float | None
+) -> Event | None:
+    found: list[Event] = []
+    if log_error is not None and log_dx is not None:
+        at, event = log_error
+        where = f"{event.source}:{event.line}"
+        found.append(
+            Event(at + log_dx, "error", f"first error in the log ({where}; the log's times are whole seconds)")
+        )
+    if bench is not None and dx_bench is not None:
+        failed = [r for r in bench.requests if r.error_kind]
+        if failed:
+            first = min(failed, key=lambda r: r.sent_s + (r.e2e_ms or 0.0) / 1000.0)
+            at = first.sent_s + (first.e2e_ms or 0.0) / 1000.0 + dx_bench
+            found.append(Event(at, "error", f"first failed request ({first.error_kind})"))
+    return min(found, key=lambda e: e.at_s, default=None)
+
+
+def _log_stats_timed(logs: LogFacts, charts: Sequence[Chart], year: int) -> list[Chart]:
+    """The log's stats charts with x on the lines' local clock (naive epoch seconds), when every line has a time."""
+    times = [log_time_s(p.text, year) for p in logs.stats]
+    known = [t for t in times if t is not None]
+    if not known or len(known) != len(times):
+        return list(charts)
+    return [
+        dataclasses.replace(
+            chart,
+            series=tuple(
+                dataclasses.replace(s, points=tuple((known[int(x)], y) for x, y in s.points)) for s in chart.series
+            ),
+            x_kind="time",
+        )
+        for chart in charts
+    ]
+
+
+def _log_first(logs: LogFacts | None, year: int) -> float | None:
+    """The local time of the log's first stats line or, without one, of its first error: what its zone is found by."""
+    if logs is None:
+        return None
+    first_stats = log_time_s(logs.stats[0].text, year) if logs.stats else None
+    if first_stats is not None:
+        return first_stats
+    error = _log_error(logs, year)
+    return error[0] if error is not None else None
+
+
+WINDOW_NOTE = "each point: the window since the previous scrape"
+
+
+def over_time(
+    gpu: GpuFacts | None,
+    metrics: MetricsFacts | None,
+    logs: LogFacts | None,
+    thresholds: Thresholds,
+    bench: BenchRun | None = None,
+) -> OverTime:
+    """Every chart the evidence supports, on one time axis where the sources have times: GPU memory, the scrapes
+    (or the log's stats lines for what scrapes lack), the load test's requests, the rest of the GPU's readings."""
     from_metrics = metric_charts(metrics, thresholds)
-    covered = {c.id for c in from_metrics}
     from_gpu = gpu_charts(gpu)
-    memory = [c for c in from_gpu if c.id == "gpu-memory"]
-    rest = [c for c in from_gpu if c.id != "gpu-memory"]
-    return [*memory, *from_metrics, *log_stats_charts(logs, covered), *rest]
+    from_log = log_stats_charts(logs, {c.id for c in from_metrics})
+    anchored = bench if bench is not None and bench.origin_epoch_s is not None else None
+    from_bench = _request_charts(anchored) if anchored is not None else []
+    scrape_first = None
+    if metrics is not None and from_metrics and from_metrics[0].x_kind == "time":
+        scrape_first = metrics.snapshots[0].timestamp_s
+    gpu_local = None
+    if gpu is not None and from_gpu and from_gpu[0].x_kind == "time":
+        gpu_local = min(t for s in gpu.samples if (t := gpu_time_s(s.timestamp)) is not None)
+    # Epoch seconds that fix the axis; without one, the local clocks are read as UTC.
+    reference = scrape_first if scrape_first is not None else (anchored.origin_epoch_s if anchored else None)
+    year_of = reference if reference is not None else gpu_local
+    year = time.gmtime(year_of).tm_year if year_of is not None else None
+    notes: list[str] = []
+    firsts: dict[str, float] = {}  # epoch seconds, per source, of its charts' x = 0
+    if scrape_first is not None:
+        firsts["metrics"] = scrape_first
+        notes.append("scrapes of /metrics: the scraper's clock (epoch seconds)")
+    if gpu_local is not None:
+        shift, how = zone_shift(gpu_local, reference)
+        firsts["gpu"] = gpu_local + shift
+        notes.append(f"GPU samples: {how}")
+    log_shift: float | None = None
+    log_local = _log_first(logs, year) if year is not None else None
+    if logs is not None and year is not None and log_local is not None:
+        log_shift, how = zone_shift(log_local, reference if reference is not None else gpu_local)
+        if from_log:
+            from_log = _log_stats_timed(logs, from_log, year)
+            if from_log[0].x_kind == "time":
+                firsts["log"] = log_shift  # the stats charts' x are already epoch seconds: shift only
+                notes.append(f"the log's stats lines: {how}")
+    if anchored is not None and anchored.origin_epoch_s is not None:
+        firsts["bench"] = anchored.origin_epoch_s
+        notes.append(f"the load test: {anchored.origin_note}")
+    starts = [firsts[k] for k in ("metrics", "gpu", "bench") if k in firsts]
+    log_error = _log_error(logs, year) if year is not None else None
+    if log_shift is not None and log_error is not None:
+        starts.append(log_error[0] + log_shift)  # the first error belongs on the axis, even before the first sample
+    if "log" in firsts:
+        starts.append(min(x for c in from_log for s in c.series for x, _ in s.points) + firsts["log"])
+    if not starts:
+        return OverTime([*from_gpu[:1], *from_metrics, *from_log, *from_gpu[1:]], None)
+    origin = min(starts)
+
+    def place(charts: Sequence[Chart], key: str, source: str) -> list[Chart]:
+        if key not in firsts:
+            return list(charts)
+        dx = firsts[key] - origin
+        return [
+            _shifted(c, dx, source + ("; " + WINDOW_NOTE if WINDOW_NOTE in c.caption else ""))
+            if c.x_kind == "time"
+            else c
+            for c in charts
+        ]
+
+    from_metrics = place(from_metrics, "metrics", "from the server's /metrics, scraped over time")
+    from_gpu = place(from_gpu, "gpu", "from the GPU samples")
+    from_log = place(from_log, "log", "from the server log's periodic stats lines")
+    from_bench = place(from_bench, "bench", from_bench[0].caption if from_bench else "")
+    charts = [*from_gpu[:1], *from_metrics, *from_log, *from_bench, *from_gpu[1:]]
+    span = _span([c for c in charts if c.x_kind == "time"])
+    dx_bench = firsts["bench"] - origin if "bench" in firsts else None
+    log_dx = log_shift - origin if log_shift is not None else None
+    events = [
+        e
+        for e in (
+            _first_breach(from_metrics, anchored, dx_bench),
+            _first_error(log_error, log_dx, anchored, dx_bench),
+        )
+        if e is not None and e.at_s >= 0.0
+    ]
+    end = max([span[1] if span else 0.0, *(e.at_s for e in events)])
+    axis = "one time axis for every chart: the incident's wall clock, UTC"
+    return OverTime(charts, Timeline(origin, end, (axis, *notes), tuple(sorted(events, key=lambda e: e.at_s))))

@@ -59,9 +59,15 @@ def _note(frame: Frame) -> str:
 Cell = tuple[str, str]  # text, style
 COLUMNS = (
     ("server", "<"), ("state", "<"), ("TTFT p95", ">"), ("TPOT p95", ">"), ("ITL p95", ">"), ("run/wait", ">"),
-    ("KV", ">"), ("preempt/s", ">"), ("prompt tok/s", ">"), ("gen tok/s", ">"), ("errors", ">"), ("GPU mem", ">"),
+    ("KV", ">"), ("preempt/s", ">"), ("prompt/s", ">"), ("gen tok/s", ">"), ("errors", ">"), ("GPU mem", ">"),
     ("power", ">"), ("SM clock", ">"), ("note", "<"),
 )  # fmt: skip
+# When the table is wider than the display, whole columns go, these first: the figures the SLOs do not judge. A
+# value is never cut; only the note, last, ends in an ellipsis.
+DROPPED_FIRST = ("SM clock", "power", "ITL p95", "prompt/s", "GPU mem", "preempt/s")
+NOTE_MIN_CHARS = 12
+GAP = "  "
+NOTE_INDENT = "    ↳ "
 BREACHED = "bold red"
 
 
@@ -101,8 +107,21 @@ def _rank(frame: Frame, kinds: frozenset[str]) -> int:
     return 2 if kinds else 3
 
 
-def table(state: WatchState, thresholds: Thresholds) -> Text:
-    """One row per server, the worst first (stalled, down, in breach, fine), in aligned columns.
+def _fitting(widths: list[int], width: int | None) -> list[int]:
+    """The columns shown in ``width`` characters: all, or all but the first of DROPPED_FIRST that must go."""
+    shown = list(range(len(COLUMNS)))
+    names = [name for name, _ in COLUMNS]
+    for name in DROPPED_FIRST:
+        fixed = sum(widths[i] + len(GAP) for i in shown[:-1])
+        if width is None or fixed + min(widths[-1], NOTE_MIN_CHARS) <= width:
+            break
+        shown.remove(names.index(name))
+    return shown
+
+
+def table(state: WatchState, thresholds: Thresholds, width: int | None = None) -> Text:
+    """One row per server, the worst first (stalled, down, in breach, fine), in aligned columns that fit ``width``
+    (None: all columns).
 
     Drawn as plain text lines: a rich Table of 50 rows costs ~50 ms a redraw, five times the whole watch loop."""
     rows: list[tuple[int, int, list[Cell]]] = []
@@ -112,15 +131,23 @@ def table(state: WatchState, thresholds: Thresholds) -> Text:
     rows.sort(key=lambda r: (r[0], r[1]))
     grid = [[(name, "bold") for name, _ in COLUMNS], *(cells for _, _, cells in rows)]
     widths = [max(len(row[i][0]) for row in grid) for i in range(len(COLUMNS))]
+    shown = _fitting(widths, width)
     out = Text(no_wrap=True, overflow="ellipsis")
     last = len(COLUMNS) - 1
     for row in grid:
-        for i, ((cell, style), (_, align), width) in enumerate(zip(row, COLUMNS, widths, strict=True)):
-            if i == last:
-                out.append(cell, style)
-            else:
-                out.append(cell.ljust(width) if align == "<" else cell.rjust(width), style)
-                out.append("  ")
+        line = Text()
+        for i in shown[:-1]:
+            (cell, style), (_, align) = row[i], COLUMNS[i]
+            line.append(cell.ljust(widths[i]) if align == "<" else cell.rjust(widths[i]), style)
+            line.append(GAP)
+        note, style = row[last]
+        if width is None or len(line) + len(note) <= width:
+            line.append(note, style)
+        else:  # the note goes under its row, whole where it fits
+            line.rstrip()
+            line.append("\n" + NOTE_INDENT + note, style)
+            line.truncate(len(line.plain.rsplit("\n", 1)[0]) + 1 + width, overflow="ellipsis")
+        out.append_text(line)
         out.append("\n")
     out.rstrip()
     return out
@@ -158,8 +185,10 @@ def incident_lines(incident: Incident, now_s: float) -> list[Text]:
     return lines
 
 
-def build(state: WatchState, thresholds: Thresholds, now_s: float | None = None) -> RenderableType:
-    """Everything the live display shows."""
+def build(
+    state: WatchState, thresholds: Thresholds, now_s: float | None = None, width: int | None = None
+) -> RenderableType:
+    """Everything the live display shows, the table fitted to ``width``."""
     now_s = time.time() if now_s is None else now_s
     slo = thresholds.slo
     parts: list[RenderableType] = [
@@ -168,7 +197,7 @@ def build(state: WatchState, thresholds: Thresholds, now_s: float | None = None)
             f", queue <= {slo.queue:g}; stall after {thresholds.stall_seconds:g} s without tokens",
             style="dim",
         ),
-        table(state, thresholds),
+        table(state, thresholds, width),
     ]
     for incident in state.open_incidents.values():
         parts.extend(incident_lines(incident, now_s))
