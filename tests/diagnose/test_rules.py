@@ -604,3 +604,46 @@ def test_the_servers_call_to_itself_through_a_proxy(tmp_path: Path, request_line
     )
     cls, causes = _diagnosed(tmp_path, log)
     assert (cls == "startup_failure" and causes[:1] == ["proxy_intercepts_local_requests"]) is named, (cls, causes)
+
+
+# vllm-project/vllm#27313: the wait vLLM's shm_broadcast.py prints after 60 s without an answer from a peer; the
+# second form is the same line cut after "in 60", as 1CatAI/1Cat-vLLM#652 pasted it.
+PEER_WAIT = (
+    "(EngineCore_DP0 pid=77352) INFO 10-22 09:43:49 [shm_broadcast.py:466] No available shared memory broadcast "
+    "block found in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming "
+    "work (e.g. compilation).\n"
+)
+PEER_WAIT_CUT = (
+    "(EngineCore pid=...) INFO [shm_broadcast.py:705] No available shared memory broadcast block found in 60\n"
+)
+LOADED = "(Worker_TP0 pid=77400) INFO 10-22 09:41:02 [default_loader.py:267] Loading weights took 38.21 seconds\n"
+READY = "(APIServer pid=77300) INFO:     Application startup complete.\n"
+
+
+@pytest.mark.parametrize(
+    ("log", "tp", "named"),
+    [
+        (LOADED + PEER_WAIT, 2, True),
+        (LOADED + PEER_WAIT_CUT, 4, True),
+        (LOADED + PEER_WAIT, 1, False),  # one GPU process: the wait is the front end's, compilation say
+        (LOADED + PEER_WAIT + READY, 2, False),  # it came up after the wait
+    ],
+)
+def test_a_parallel_start_that_ends_waiting_for_its_peers(tmp_path: Path, log: str, tp: int, named: bool) -> None:
+    cls, causes = _diagnosed(tmp_path, log, f"vllm serve Qwen/Qwen3-32B --tensor-parallel-size {tp}")
+    assert (cls == "startup_failure" and causes[:1] == ["nccl_or_distributed_init"]) is named, (cls, causes)
+
+
+@pytest.mark.parametrize(("ret", "named"), [("1", True), ("-1", False)])
+def test_llama_cpp_kv_full_wording_is_no_kv_space_only_for_a_positive_ret(
+    tmp_path: Path, ret: str, named: bool
+) -> None:
+    # gpustack/gpustack#1359 (llama-box): update_slots prints the KV-full wording for ret < 0 too, a decode error.
+    log = (
+        "0.00.015.363 I srv  llama_server: listening on http://127.0.0.1:39873\n"  # tests/fixtures/llamacpp-cpu
+        "3.49.305.562 E llama_decode: failed to decode, ret = -1\n"
+        "3.49.305.567 E srv              update_slots: failed to decode the batch: KV cache is full - try increasing "
+        f"it via the context size, i = 0, n_batch = 2048, ret = {ret}\n"
+    )
+    cls, causes = _diagnosed(tmp_path, log)
+    assert (causes[:1] == ["concurrency_exceeds_kv_pool"]) is named, (cls, causes)

@@ -1,4 +1,4 @@
-"""Seen before: matches by fingerprint and by cause, the fix that worked, seeds never counted."""
+"""Seen before: matches by stack, by fingerprint and by cause, the fix that worked, seeds never counted."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from llmtriage.evidence.bundle import read_evidence
 from llmtriage.runbook.match import seen_before
 from llmtriage.runbook.store import Runbook
 
+from ..diagnose.test_stack import DRIVER_SNAPSHOT, DRIVER_TOO_OLD_LINE
 from .conftest import EXAMPLES, SCHEMA, bundle, diagnosed_entry, edited
 
 
@@ -72,3 +73,43 @@ def test_a_failed_fix_is_said_so(tmp_path: Path) -> None:
         runbook.add(diagnosed_entry(EXAMPLES / "port-in-use"))
         (found,) = seen_before(diagnose(evidence), evidence, runbook)
     assert found.fix_worked is False and found.summary.endswith("; the last fix tried (failed): waited")
+
+
+def test_the_same_error_on_the_same_driver_comes_first(tmp_path: Path) -> None:
+    """A real collect_env (torch 2.5.1+cu118, vllm#10147) and nvidia-smi (driver 418.87.00) with the real error line:
+    recorded once on this driver and once after the driver line was changed to another one."""
+    incident = tmp_path / "incident"
+    for rel, text in {**DRIVER_SNAPSHOT, "logs/server.log": DRIVER_TOO_OLD_LINE}.items():
+        (incident / rel).parent.mkdir(parents=True, exist_ok=True)
+        (incident / rel).write_text(text)
+    other_driver = edited(incident, tmp_path / "other", {"418.87.00": "470.82.01"})
+    with Runbook.open(tmp_path / "rb.sqlite3", create=True) as runbook:
+        here = dataclasses.replace(diagnosed_entry(incident), uid="a", fix="upgraded the driver", outcome="worked")
+        elsewhere = dataclasses.replace(diagnosed_entry(other_driver), uid="b", recorded_at="2026-11-30T10:00:00Z")
+        assert (here.driver, here.cuda_runtime, here.torch) == ("418.87.00", "11.8", "2.5.1+cu118")
+        assert elsewhere.driver == "470.82.01" and elsewhere.fingerprint == here.fingerprint
+        runbook.add_many([here, elsewhere])
+        evidence = read_evidence(incident)
+        diagnosis = diagnose(evidence)
+        on_stack, by_print = seen_before(diagnosis, evidence, runbook)
+        # What the runbook keeps reads back the same.
+        assert runbook.get(on_stack.entry_ids[0]).driver == "418.87.00"
+    assert on_stack.match == "stack" and on_stack.count == 1
+    assert on_stack.stack == ("driver 418.87.00", "CUDA runtime 11.8", "torch 2.5.1+cu118")
+    assert on_stack.summary.startswith("same error on the same driver 418.87.00, CUDA runtime 11.8, torch 2.5.1+cu118")
+    assert on_stack.fix == "upgraded the driver" and on_stack.fix_worked is True
+    assert by_print.match == "fingerprint" and by_print.count == 1 and by_print.stack == ()
+    diagnosis.seen_before = [on_stack.to_dict(), by_print.to_dict()]
+    jsonschema.validate(diagnosis.to_dict(), SCHEMA)
+
+
+def test_another_cuda_runtime_on_the_same_driver_is_not_the_same_stack(tmp_path: Path) -> None:
+    incident = tmp_path / "incident"
+    for rel, text in {**DRIVER_SNAPSHOT, "logs/server.log": DRIVER_TOO_OLD_LINE}.items():
+        (incident / rel).parent.mkdir(parents=True, exist_ok=True)
+        (incident / rel).write_text(text)
+    with Runbook.open(tmp_path / "rb.sqlite3", create=True) as runbook:
+        runbook.add(dataclasses.replace(diagnosed_entry(incident), cuda_runtime="12.1"))
+        evidence = read_evidence(incident)
+        (found,) = seen_before(diagnose(evidence), evidence, runbook)
+    assert found.match == "fingerprint"

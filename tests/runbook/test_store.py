@@ -132,6 +132,7 @@ def test_every_free_text_field_is_redacted_before_storage(tmp_path: Path) -> Non
         notes=f"curl https://admin:hunter2pass@host/ with Authorization: Bearer {'t' * 20}",
         origin=f"/incidents/{SECRET}",
         engine_version=SECRET,
+        torch=SECRET,
     )
     path = tmp_path / "rb.sqlite3"
     with Runbook.open(path, create=True) as runbook:
@@ -333,7 +334,7 @@ def test_search_by_error_family_stem_and_symptom_class(tmp_path: Path) -> None:
         assert [e.uid for e in runbook.search("invalid_engine_argument") if not e.seed] == ["tgi"]
 
 
-def test_a_schema_1_runbook_is_migrated_and_its_index_rebuilt(tmp_path: Path) -> None:
+def test_a_schema_1_runbook_is_migrated_to_the_latest_and_its_index_rebuilt(tmp_path: Path) -> None:
     path = tmp_path / "rb.sqlite3"
     raw = sqlite3.connect(path, isolation_level=None)
     raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -348,8 +349,11 @@ def test_a_schema_1_runbook_is_migrated_and_its_index_rebuilt(tmp_path: Path) ->
     with Runbook.open(path, create=False) as runbook:
         assert [e.uid for e in runbook.search("memory")] == ["old"]
         assert [e.uid for e in runbook.search("oom")] == ["old"]
+        assert runbook.get(1).driver is None  # schema 3's stack columns, empty for an old entry
+        runbook.add(entry("new", driver="550.54.15", cuda_runtime="12.4"))
+        assert (runbook.get(2).driver, runbook.get(2).cuda_runtime) == ("550.54.15", "12.4")
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     raw.close()
     check_integrity(path)
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from llmtriage import catalog
 from llmtriage.catalog import Thresholds
-from llmtriage.diagnose import fixes, questions
+from llmtriage.diagnose import fixes, questions, versions
 from llmtriage.diagnose import stack as stack_checks
 from llmtriage.diagnose.model import Diagnosis, Evidence, Missing, PathStep, RankedCause
 from llmtriage.diagnose.rules import (
@@ -133,6 +133,9 @@ def diagnose(evidence: EvidenceFacts, thresholds: Thresholds | None = None) -> D
         )
     )
     problems = [f"{p.source}: {p.message}" for p in _all_problems(evidence)]
+    engine_version = scene.log.meta.engine_version
+    if engine_version is None and engine is not None and scene.stack.engine == engine:
+        engine_version = scene.stack.engine_version
     return Diagnosis(
         symptom_class=symptom_class,
         symptom_title=catalog.tree().classes[symptom_class],
@@ -141,10 +144,11 @@ def diagnose(evidence: EvidenceFacts, thresholds: Thresholds | None = None) -> D
         missing=missing_evidence(evidence, symptom_class),
         origin=evidence.origin,
         engine=engine,
-        engine_version=scene.log.meta.engine_version,
+        engine_version=engine_version,
         inputs=list(evidence.read),
         problems=problems,
         stack=stack_checks.summary(scene.stack),
+        version_notes=versions.version_notes(engine, engine_version, symptom_class),
     )
 
 

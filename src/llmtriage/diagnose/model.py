@@ -104,11 +104,19 @@ class StackSummary:
     CUDA it supports), the CUDA runtime the engine is built with, torch, the engine, and each GPU with its compute
     capability and the features it lacks."""
 
-    driver: str | None
+    driver_version: str | None
+    driver_cuda: str | None  # the newest CUDA the driver supports
     cuda_runtime: str | None
     torch: str | None
     engine: str | None
     gpus: tuple[str, ...]
+
+    @property
+    def driver(self) -> str | None:
+        """The driver as shown: ``550.54.15 (CUDA 12.4)``."""
+        if self.driver_cuda is None:
+            return self.driver_version
+        return f"{self.driver_version or 'unknown'} (CUDA {self.driver_cuda})"
 
     def lines(self) -> list[str]:
         """The block as text: one line of versions, one line per GPU model."""
@@ -132,6 +140,37 @@ class StackSummary:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class VersionNote:
+    """A known regression of the diagnosed engine version in the diagnosed class (catalog/engine_regressions.yaml):
+    present from ``introduced`` up to, not including, ``fixed``."""
+
+    engine: str
+    version: str
+    introduced: str
+    fixed: str
+    area: str
+    note: str
+    source: tuple[str, ...]
+
+    @property
+    def summary(self) -> str:
+        """One line: the version, the range it lies in, what happened and what to do."""
+        return f"{self.engine} {self.version} has a known regression ({self.introduced} to {self.fixed}): {self.note}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``version_notes`` item of the diagnosis JSON."""
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "introduced": self.introduced,
+            "fixed": self.fixed,
+            "area": self.area,
+            "note": self.note,
+            "source": list(self.source),
+        }
+
+
 @dataclass(slots=True)
 class Diagnosis:
     """The result of walking the tree over the evidence."""
@@ -148,6 +187,7 @@ class Diagnosis:
     problems: list[str] = field(default_factory=list)
     seen_before: list[dict[str, Any]] = field(default_factory=list)
     stack: StackSummary | None = None
+    version_notes: list[VersionNote] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -170,4 +210,5 @@ class Diagnosis:
             "problems": list(self.problems),
             "seen_before": list(self.seen_before),
             "stack": self.stack.to_dict() if self.stack is not None else None,
+            "version_notes": [n.to_dict() for n in self.version_notes],
         }

@@ -115,6 +115,8 @@ def server_up(scene: Scene) -> Answer:
         last = scene.last_lifecycle_marker
         if scene.serving_seen is None and last is not None and last.stage == "cuda_graph_capture":
             return Answer("no", _ev(last.cite(), "the log ends during CUDA graph capture without the server starting"))
+        if (waiting := scene.peers_waiting_at_end) is not None:
+            return Answer("no", _ev(waiting.cite(), "the start ends with its GPU processes waiting for each other"))
     if scene.serving_seen is not None:
         return Answer("yes", _ev(scene.serving_seen, "the server served"))
     if scene.engine_loaded is not None:
@@ -272,7 +274,7 @@ def stall_evidence(scene: Scene) -> list[Evidence]:
         generated = window.delta("generation_tokens")
         last = window.last
         busy = (last.gauges.get("running") or 0) + (last.gauges.get("waiting") or 0)
-        if generated == 0 and busy > 0:
+        if generated == 0 and busy > 0 and not window.delta("decode_steps"):
             found.append(
                 Evidence(
                     Citation(

@@ -48,6 +48,8 @@ _PROCESS_HOLDS = re.compile(r"Process (?P<pid>\d+) has (?P<size>[\d.]+ [KMG]iB) 
 
 # Phases of errors only a server with requests in its scheduler prints (a decode batch, a retraction).
 SERVING_ONLY_PHASES = frozenset({"scheduling"})
+# Lines a process prints while it waits for its peers (vllm/distributed/device_communicators/shm_broadcast.py).
+PEER_WAIT_SIGNATURES = ("vllm_shm_broadcast_wait",)
 # HTTP statuses a live server answers when it is too busy to take a request.
 REFUSED_STATUSES = frozenset({429, 503})
 
@@ -263,6 +265,25 @@ class Scene:
         ):
             return offload
         return None
+
+    @cached_property
+    def peers_waiting_at_end(self) -> LogEvent | None:
+        """A start of several GPU processes (tensor or pipeline parallel) whose log ends with one of them waiting for
+        its peers (vLLM's shm_broadcast wait, printed after 60 s without an answer): no marker, error or ready
+        line after it, nothing served. The start hangs in a collective, not in progress."""
+        launch = self.launch
+        if launch is None or (launch.tensor_parallel_size or 1) * (launch.pipeline_parallel_size or 1) < 2:
+            return None
+        if self.root is not None or self.startup_wrappers or self.serving_seen is not None:
+            return None
+        waits = self.by_signature(*PEER_WAIT_SIGNATURES)
+        if not waits:
+            return None
+        last = waits[-1]
+        later = [
+            e for e in self.events if e.source == last.source and e.line > last.line and e.role in ("marker", "error")
+        ]
+        return None if later else last
 
     @property
     def nothing_decisive(self) -> Citation:

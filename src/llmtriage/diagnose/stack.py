@@ -235,9 +235,6 @@ def summary(stack: StackFacts) -> StackSummary | None:
     """The report's stack block, when anything of the stack is known."""
     if not stack.known():
         return None
-    driver = stack.driver_version
-    if stack.driver_cuda_version is not None:
-        driver = f"{driver or 'unknown'} (CUDA {stack.driver_cuda_version})"
     engine = f"{stack.engine} {stack.engine_version or ''}".strip() if stack.engine else None
     features = catalog.cuda_stack().features.values()
     gpus: list[str] = []
@@ -249,7 +246,8 @@ def summary(stack: StackFacts) -> StackSummary | None:
             text += f": compute capability {capability}" + (f" (no {', '.join(lacking)})" if lacking else "")
         gpus.append(text)
     return StackSummary(
-        driver=driver,
+        driver_version=stack.driver_version,
+        driver_cuda=stack.driver_cuda_version,
         cuda_runtime=stack.cuda_runtime_version,
         torch=stack.torch_version,
         engine=engine,

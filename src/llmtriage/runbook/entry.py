@@ -42,6 +42,9 @@ class Entry:
     gpu: str | None = None
     engine: str | None = None
     engine_version: str | None = None
+    driver: str | None = None  # the NVIDIA driver version: 550.54.15
+    cuda_runtime: str | None = None  # the CUDA runtime the engine is built with: 12.4
+    torch: str | None = None
     fix: str | None = None
     outcome: str | None = None
     notes: str | None = None
@@ -165,6 +168,9 @@ def entry_from_diagnosis(
         gpu=_gpu(evidence.gpu),
         engine=diagnosis.engine,
         engine_version=diagnosis.engine_version,
+        driver=diagnosis.stack.driver_version if diagnosis.stack else None,
+        cuda_runtime=diagnosis.stack.cuda_runtime if diagnosis.stack else None,
+        torch=diagnosis.stack.torch if diagnosis.stack else None,
         fix=fix,
         outcome=outcome,
         notes=notes,
@@ -237,6 +243,9 @@ def redacted(entry: Entry, redactor: Redactor) -> Entry:
         gpu=line(entry.gpu),
         engine=line(entry.engine),
         engine_version=line(entry.engine_version),
+        driver=line(entry.driver),
+        cuda_runtime=line(entry.cuda_runtime),
+        torch=line(entry.torch),
         fix=block(entry.fix),
         outcome=block(entry.outcome),
         notes=block(entry.notes),

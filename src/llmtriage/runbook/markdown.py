@@ -29,6 +29,9 @@ _DETAILS = {
     "engine": "engine",
     "engine version": "engine_version",
     "gpu": "gpu",
+    "driver": "driver",
+    "cuda runtime": "cuda_runtime",
+    "torch": "torch",
     "origin": "origin",
 }
 _RECORDED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
@@ -237,6 +240,9 @@ def _finish(lines: _Lines, draft: _Draft) -> Entry:
         gpu=values.get("gpu") or None,
         engine=values.get("engine") or None,
         engine_version=values.get("engine_version") or None,
+        driver=values.get("driver") or None,
+        cuda_runtime=values.get("cuda_runtime") or None,
+        torch=values.get("torch") or None,
         fix=values.get("fix"),
         outcome=values.get("outcome"),
         notes=values.get("notes"),

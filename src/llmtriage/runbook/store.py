@@ -102,12 +102,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         END""",
         "INSERT INTO incidents_fts (incidents_fts) VALUES ('rebuild')",
     ),
+    # 3: the software stack, so that "seen before" can tell the same error on the same driver.
+    (
+        "ALTER TABLE incidents ADD COLUMN driver TEXT",
+        "ALTER TABLE incidents ADD COLUMN cuda_runtime TEXT",
+        "ALTER TABLE incidents ADD COLUMN torch TEXT",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _COLUMN_NAMES = (
     *("uid", "recorded_at", "seed", "symptom_class", "cause", "fingerprint", "signatures", "evidence", "config"),
-    *("gpu", "engine", "engine_version", "fix", "outcome", "notes", "origin"),
+    *("gpu", "engine", "engine_version", "driver", "cuda_runtime", "torch", "fix", "outcome", "notes", "origin"),
+)
+_OPTIONAL_TEXTS = (
+    *("fingerprint", "gpu", "engine", "engine_version", "driver", "cuda_runtime", "torch"),
+    *("fix", "outcome", "notes", "origin"),
 )
 _COLUMNS = ", ".join(_COLUMN_NAMES)
 _ASSIGN_COLUMNS = ", ".join(f"{c} = ?" for c in _COLUMN_NAMES)
@@ -136,6 +146,9 @@ def _row(entry: Entry) -> tuple[object, ...]:
         entry.gpu,
         entry.engine,
         entry.engine_version,
+        entry.driver,
+        entry.cuda_runtime,
+        entry.torch,
         entry.fix,
         entry.outcome,
         entry.notes,
@@ -153,8 +166,7 @@ def _entry(row: sqlite3.Row) -> Entry:
     if not isinstance(config, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
         raise ValueError("its config is not a JSON object of strings")
     texts = {name: row[name] for name in ("uid", "recorded_at", "symptom_class", "cause", "signatures", "evidence")}
-    optional = {name: row[name] for name in ("fingerprint", "gpu", "engine", "engine_version", "fix", "outcome")}
-    optional.update(notes=row["notes"], origin=row["origin"])
+    optional = {name: row[name] for name in _OPTIONAL_TEXTS}
     for name, value in texts.items():
         if not isinstance(value, str):
             raise ValueError(f"its {name} is not text")
@@ -175,6 +187,9 @@ def _entry(row: sqlite3.Row) -> Entry:
         gpu=optional["gpu"],
         engine=optional["engine"],
         engine_version=optional["engine_version"],
+        driver=optional["driver"],
+        cuda_runtime=optional["cuda_runtime"],
+        torch=optional["torch"],
         fix=optional["fix"],
         outcome=optional["outcome"],
         notes=optional["notes"],
@@ -316,7 +331,7 @@ class Runbook:
         for entry in entries:
             stored = redacted(entry, Redactor()) if redact else entry
             cursor = self._conn.execute(
-                f"INSERT INTO incidents ({_COLUMNS}) VALUES ({', '.join('?' * 16)}) ON CONFLICT (uid) DO NOTHING",
+                f"INSERT INTO incidents ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMN_NAMES))}) ON CONFLICT (uid) DO NOTHING",
                 _row(stored),
             )
             if cursor.rowcount:

@@ -210,6 +210,24 @@ def stopped_in_graph_capture(scene: Scene) -> Iterator[Signal]:
         )
 
 
+@rule("startup_failure")
+def start_hangs_in_a_collective(scene: Scene) -> Iterator[Signal]:
+    """A parallel start whose log ends with its processes waiting for each other: a collective that never returns
+    (custom all-reduce or NCCL peer-to-peer on a topology that cannot do it)."""
+    waiting = scene.peers_waiting_at_end
+    if waiting is None:
+        return
+    launch = scene.launch
+    assert launch is not None  # a wait between GPU processes needs a parallel launch
+    size = (launch.tensor_parallel_size or 1) * (launch.pipeline_parallel_size or 1)
+    yield signal(
+        "nccl_or_distributed_init",
+        0.5,
+        waiting.cite(),
+        f"{size} GPU processes started and the log ends with them waiting for each other, with no error",
+    )
+
+
 @rule("startup_failure", "startup_oom")
 def context_beyond_model(scene: Scene) -> Iterator[Signal]:
     """--max-model-len above the model's max_position_embeddings."""
