@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import queue
-import signal
 import socket
 import subprocess
 import sys
@@ -20,15 +19,15 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol, Self
 
 from llmtriage.errors import UnavailableError, UsageError
 from llmtriage.evidence.live import health_status
 from llmtriage.lab.docker import DEFAULT_IMAGE, DockerContainer, docker_engine_problem, run_command
 from llmtriage.lab.llamacpp_cpu import LlamaServer, ensure_llama_server, ensure_tiny_gguf
-from llmtriage.lab.process import free_port
+from llmtriage.lab.process import LocalServer, free_port
 from llmtriage.lab.vllm_cpu import VllmCpuServer, ensure_tiny_model, ensure_venv
 
 READY_POLL_S = 0.1
@@ -122,58 +121,35 @@ class Server(Protocol):
         """Stop it, if the lab started it."""
 
 
-@dataclass
-class SimServer:
+@dataclass(kw_only=True)
+class SimServer(LocalServer):
     """`llmtriage sim` in a child process, its vLLM-format log in a file."""
 
-    log_path: Path
-    args: tuple[str, ...]
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
+    NAME: ClassVar[str] = "the simulator"
+    READY_TIMEOUT_S: ClassVar[float] = 60.0
+    READY_POLL_S: ClassVar[float] = READY_POLL_S
+    STOP_TIMEOUT_S: ClassVar[float] = 20.0
 
-    @property
-    def url(self) -> str:
-        """Base URL."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> SimServer:
-        """Launch it (returns at once)."""
-        cmd = [
+    def command(self) -> list[str]:
+        """The launch command line."""
+        return [
             sys.executable, "-m", "llmtriage", "sim", "--port", str(self.port), "--quiet",
             "--log-file", str(self.log_path), *self.args,
         ]  # fmt: skip
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return self
 
-    def wait(self, timeout_s: float = 60.0) -> bool:
-        """True once /health answers 200; False when the process exits first."""
-        assert self.process is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                return False
-            if health_status(self.url) == 200:
-                return True
-            time.sleep(READY_POLL_S)
-        raise UnavailableError(f"the simulator did not start in {timeout_s:.0f} s", f"see {self.log_path}")
+    def start(self) -> Self:
+        """Launch it (returns at once); the simulator writes its log itself (--log-file)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        return self
 
     def telemetry(self) -> dict[str, object]:
         """Its /llmtriage/gpu document."""
         with urllib.request.urlopen(self.url + "/llmtriage/gpu", timeout=5) as r:
             data: dict[str, object] = json.loads(r.read())
         return data
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 @dataclass
