@@ -13,13 +13,14 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import aiohttp
+
+from llmtriage.lab.process import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,12 +45,6 @@ app.router.add_post("/v1/completions", complete)
 app.router.add_get("/health", lambda r: web.Response())
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_ready(url: str, timeout_s: float = 60.0) -> None:

@@ -110,6 +110,8 @@ def help_width() -> int:
     return UNWRAPPED_COLUMNS
 
 
+HELP_WIDTH = help_width()
+
 # Help is click's plain layout: wrapped to the terminal (not at 80 columns), flags without a value type, and no
 # import of rich's markdown and syntax highlighting on every `--help`.
 app = typer.Typer(
@@ -122,7 +124,7 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
-    context_settings={"max_content_width": help_width(), "terminal_width": help_width()},
+    context_settings={"max_content_width": HELP_WIDTH, "terminal_width": HELP_WIDTH},
 )
 
 
