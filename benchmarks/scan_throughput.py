@@ -62,7 +62,9 @@ def build_log(path: Path, size_mb: int, seed: int, bulk_share: float, error_shar
     for log in sorted(REAL_LOGS.glob("*.log")):
         lines.extend(log.read_text(errors="replace").splitlines())
     sigs = catalog.signatures()
-    bulk, other, quiet = [], [], []
+    bulk: list[str] = []
+    other: list[str] = []
+    quiet: list[str] = []
     for line in dict.fromkeys(lines):
         roles = {s.role for s in sigs if s.regex.search(line)}
         (bulk if roles & BULK_ROLES else other if roles else quiet).append(line)

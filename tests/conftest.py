@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,15 @@ DESIGN_CAUSE_IDS = (
     "enforce_eager_disables_cuda_graphs",
     "unrecognized_error",
 )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The parsed catalogs and the Hyperscan database go to a cache of this session's own (inherited by the CLI
+    processes tests start), never to the user's ~/.cache/llmtriage."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LLMTRIAGE_CACHE_DIR", str(tmp_path_factory.mktemp("user-cache")))
+        yield
 
 
 @pytest.fixture

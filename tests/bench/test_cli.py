@@ -64,6 +64,41 @@ def test_run_writes_result_and_csv_and_compare_shows_the_change(tmp_path: Path) 
     assert figures["TTFT mean"]["b"] > figures["TTFT mean"]["a"] + 50 and figures["TTFT mean"]["verdict"] == "worse"
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_workers_come_from_the_cores_the_process_may_use_and_are_said(tmp_path: Path) -> None:
+    one_core = {min(os.sched_getaffinity(0))}
+    with in_thread(StreamServer(Behaviour(tokens=2))) as url:
+        args = ["bench", "--base-url", url, "--concurrency", "300", "--requests", "300", "--no-scrape"]
+        cmd = [sys.executable, "-m", "llmtriage", *args, "--out", str(tmp_path / "auto")]
+        pinned = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=ENV,
+            preexec_fn=lambda: os.sched_setaffinity(0, one_core),
+        )
+        flagged = llmtriage(*args, "--workers", "2", "--out", tmp_path / "flag", "--format", "json")
+    assert pinned.returncode == 0, pinned.stderr
+    assert "client workers: 1 (1 usable core, server on this machine)" in pinned.stdout
+    data = json.loads((tmp_path / "auto" / "result.json").read_text())
+    assert data["config"]["workers"] == 1 == data["client"]["workers"]
+    assert data["config"]["worker_choice"] == {
+        "workers": 1,
+        "usable_cpus": 1,
+        "server_local": True,
+        "chosen_by": "auto",
+        "reason": "1 (1 usable core, server on this machine)",
+    }
+    assert flagged.returncode == 0, flagged.stderr
+    choice = json.loads(flagged.stdout)["config"]["worker_choice"]
+    assert (choice["workers"], choice["chosen_by"], choice["usable_cpus"]) == (
+        2,
+        "--workers",
+        len(os.sched_getaffinity(0)),
+    )
+
+
 def test_bundle_reads_bench_result(tmp_path: Path) -> None:
     with in_thread(StreamServer(Behaviour(ttft_s=0.02))) as url:
         out = tmp_path / "run"

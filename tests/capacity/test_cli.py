@@ -99,3 +99,15 @@ def test_usage_errors_exit_2_with_a_hint() -> None:
     done = _run("--model", "Qwen/Qwen3-8B", "--gpu", "H100 SXM", "--gpu-memory-utilization", "1.5")
     assert done.returncode == 2 and "(0, 1]" in done.stderr
     assert _run("--model", "Qwen/Qwen3-8B").returncode == 2
+
+
+def test_text_rows_are_the_json_figures_plain_into_a_pipe() -> None:
+    args = ("--model", "Qwen/Qwen3-8B", "--gpu", "L4", "--max-model-len", "8192")
+    text = _run(*args).stdout
+    data = json.loads(_run(*args, "--format", "json").stdout)
+    assert "\x1b[" not in text  # no styling into a pipe
+    rows = {line.rsplit(maxsplit=1)[0].strip(): line.rsplit(maxsplit=1)[1] for line in text.splitlines()[2:9]}
+    assert rows["total memory"] == f"{data['gpu_total_gib']:.2f}"
+    assert rows["budget (total x utilization)"] == f"{data['budget_gib']:.2f}"
+    assert rows[f"KV cache ({data['available_kv_source']})"] == f"{data['available_kv_gib']:.2f}"
+    assert len({len(line) for line in text.splitlines()[1:9]}) == 1  # one column of figures, right-aligned

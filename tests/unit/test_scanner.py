@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 
@@ -76,3 +77,101 @@ def test_a_pattern_never_reaches_into_the_next_line(use_hyperscan: bool) -> None
     block = b"  Value error, Invalid repository ID\nPlease verify [x]\nit took:\n 5 s\n"
     hits = [(h.line_no, h.line) for h in scanner.scan(io.BytesIO(block), ScanTotals())]
     assert hits == [(1, b"  Value error, Invalid repository ID")]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "tail"),
+    [
+        (r"Error: (?P<message>\S.*)", r"Error: (?P<message>\S)"),
+        (r"in (?P<func>[\w<>.]+)", r"in (?P<func>[\w<>.])"),
+        (r"took \d{2,}s?", r"took \d\d"),
+        (r"Error(?:: (?P<m>\S.*)|:?\s*$)", r"Error(?:: (?P<m>\S)|:?\s*$)"),  # an end anchor stays
+        (r"OOMKilled\b", r"OOMKilled\b"),
+        (r"a(?=b)c*", r"a(?=b)"),
+        (r"[^]x]+y*", r"[^]x]"),
+        (r"\x41+", r"\x41"),
+        (r"x*", r"x*"),  # cut, it would match anywhere
+    ],
+)
+def test_a_pattern_loses_only_the_tail_it_may_repeat_or_leave_out(pattern: str, tail: str) -> None:
+    assert scanner.shortest_tail(pattern) == tail
+
+
+def test_every_signature_cut_to_its_shortest_tail_matches_the_same_lines() -> None:
+    lines = [
+        line
+        for path in sorted((FIXTURES / "vllm-cpu" / "logs").iterdir())
+        for line in path.read_text(errors="replace").splitlines()
+    ]
+    for pattern in PATTERNS:
+        whole, tail = re.compile(pattern), re.compile(scanner.shortest_tail(pattern))
+        assert [bool(whole.search(line)) for line in lines] == [bool(tail.search(line)) for line in lines], pattern
+
+
+@pytest.mark.parametrize(
+    ("pattern", "starts"),
+    [
+        (r"Traceback \(most|File \"(?P<f>[^\"]+)\"", ("Traceback (most", 'File "')),
+        (r"Avg prompt throughput: (?P<x>[\d.]+)", ("Avg prompt throughput: ",)),
+        (r"ab*c", ("a",)),
+        (r"(?:GPU|CPU) KV", ()),
+        (r"a|\d", ()),
+        (r"^Error", ()),
+    ],
+)
+def test_the_text_every_match_starts_with(pattern: str, starts: tuple[str, ...]) -> None:
+    assert scanner.literal_starts(pattern) == starts
+
+
+@pytest.mark.parametrize(
+    ("pattern", "head"),
+    [
+        (r'"(?P<m>GET|POST) (?P<p>\S+) HTTP/', r'"(?P<m>GET|POST) '),
+        (r"\[GIN\] [^|]*\| *(?P<s>\d{3})", r"\[GIN\] "),
+        (r"Avg prompt: (?:(?P<x>\d+)|n/a)", r"Avg prompt: "),  # a group that repeats inside ends the head
+        (r"request: (?:GET|POST) /\S*|log_request\] \|.*", r"request: (?:GET|POST) /|log_request\] \|"),
+        (r'"(?P<m>GET|POST) \S+|x+', r'"(?P<m>GET|POST) \S+|x+'),  # a head too short: the pattern whole
+    ],
+)
+def test_a_pattern_reported_once_a_block_is_cut_to_its_fixed_head(pattern: str, head: str) -> None:
+    assert scanner.fixed_head(pattern) == head
+
+
+def test_every_bulk_signature_cut_to_its_fixed_head_matches_at_least_its_lines() -> None:
+    lines = [
+        line
+        for path in sorted((FIXTURES / "vllm-cpu" / "logs").iterdir())
+        for line in path.read_text(errors="replace").splitlines()
+    ]
+    bulk = [s.pattern for s in catalog.signatures() if s.role in ("access", "stats")]
+    for pattern in bulk:
+        whole, head = re.compile(pattern), re.compile(scanner.fixed_head(pattern))
+        assert all(head.search(line) for line in lines if whole.search(line)), pattern
+    assert any(scanner.fixed_head(p) != p for p in bulk)
+
+
+@pytest.mark.parametrize("use_hyperscan", ENGINES)
+@pytest.mark.parametrize("chunk", [scanner.CHUNK_BYTES, 16])
+def test_lines_that_are_not_ascii_are_reported(
+    use_hyperscan: bool, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scanner, "CHUNK_BYTES", chunk)
+    data = "plain\n██ banner ██\nValueError: café\nplain again\n\xa0\nlast ü".encode()
+    blocks = list(LineScanner(PATTERNS, use_hyperscan=use_hyperscan).scan_blocks(io.BytesIO(data), ScanTotals()))
+    wide = [block.data[start:end].decode() for block in blocks for start, end in block.wide]
+    assert wide == ["██ banner ██", "ValueError: café", "\xa0", "last ü"]
+    assert [h.line_no for block in blocks for h in block.hits] == [3]
+
+
+@pytest.mark.parametrize("use_hyperscan", ENGINES)
+def test_the_lines_of_a_located_bulk_pattern_are_found(use_hyperscan: bool) -> None:
+    patterns = [r"Running: (?P<running>\d+) reqs", r'"GET (?P<path>\S+) HTTP', "Error"]
+    scanner = LineScanner(patterns, use_hyperscan=use_hyperscan, bulk=frozenset({0, 1}), located=frozenset({0}))
+    data = b'"GET /a HTTP/1.1" 200\nRunning: 1 reqs, Running: 2 reqs\nError\n"GET /b HTTP/1.1" 200\nRunning: 3 reqs\n'
+    (block,) = scanner.scan_blocks(io.BytesIO(data), ScanTotals())
+    assert block.bulk == {0, 1}
+    assert [(line_no, data[start:end]) for line_no, start, end in block.located[0]] == [
+        (2, b"Running: 1 reqs, Running: 2 reqs"),
+        (5, b"Running: 3 reqs"),
+    ]
+    assert 1 not in block.located and [h.line_no for h in block.hits] == [3]

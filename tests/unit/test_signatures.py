@@ -3,6 +3,7 @@ lines of a healthy real server."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 
@@ -40,6 +41,7 @@ def test_signature_ids_and_files() -> None:
     sigs = catalog.signatures()
     assert len({s.id for s in sigs}) == len(sigs)
     for sig in sigs:
+        assert sig.regex.pattern == sig.pattern  # compiles (the catalog compiles a pattern on first use only)
         # Hyperscan matches bytes: a multi-byte character inside [...] would stand for its single bytes.
         classes = re.findall(r"\[(?:\\.|[^\]\\])*\]", sig.pattern)
         assert all(c.isascii() for c in classes), f"{sig.id}: non-ASCII in a character class"
@@ -57,3 +59,9 @@ def test_no_error_fires_on_a_healthy_real_server(name: str) -> None:
     # A stop prints EngineDeadError and friends: shutdown artefacts, not failures (marker_shutdown says when).
     errors = [(e.line, e.signature) for e in facts.events if e.role in ("error", "wrapper") and e.stage != "shutdown"]
     assert not errors, errors
+
+
+def test_a_bad_pattern_is_named_when_first_used() -> None:
+    bad = dataclasses.replace(catalog.signatures()[0], id="broken_example", pattern="unclosed (group")
+    with pytest.raises(catalog.CatalogError, match="broken_example: bad pattern"):
+        _ = bad.regex

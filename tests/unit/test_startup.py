@@ -125,6 +125,43 @@ def test_help_and_fit_import_no_other_command(tmp_path: Path) -> None:
     _modules_after(["--help"], tmp_path)  # the first listing reads the summaries from the modules
     help_modules = _modules_after(["--help"], tmp_path)
     assert not {m for m in help_modules if m.startswith("llmtriage.cli.") and m != "llmtriage.cli.app"}
-    fit_modules = _modules_after(["fit", "--model", "Qwen/Qwen3-8B", "--gpu", "H100 80GB"], tmp_path)
+    fit_argv = ["fit", "--model", "Qwen/Qwen3-8B", "--gpu", "H100 80GB"]
+    assert "yaml" in _modules_after(fit_argv, tmp_path)  # the first fit parses the catalogs it reads
+    fit_modules = _modules_after(fit_argv, tmp_path)
     assert "llmtriage.cli.fit" in fit_modules
     assert not {"aiohttp", "llmtriage.cli.bench", "llmtriage.capture", "llmtriage.diagnose.engine"} & fit_modules
+    # What made `fit` slow to start: rich's tables, pydantic (typer 0.29), YAML parsing, the triage catalogs' and
+    # the typed facts' classes, OpenSSL's hashes.
+    slow = {"rich", "pydantic", "yaml", "llmtriage.catalog.triage", "llmtriage.facts", "_hashlib"}
+    assert not slow & fit_modules
+
+
+def test_a_changed_file_gets_a_new_cache_entry(tmp_path: Path) -> None:
+    data = tmp_path / "data.yaml"
+    data.write_text("a: 1\n")
+    first = usercache.file_key("catalog", [data], "data.yaml")
+    assert usercache.file_key("catalog", [data], "data.yaml") == first
+    stat = data.stat()
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert usercache.file_key("catalog", [data], "data.yaml") != first
+    assert usercache.file_key("catalog", [data], "other.yaml") != usercache.file_key("catalog", [data], "data.yaml")
+
+
+def test_the_catalogs_are_reached_through_the_package() -> None:
+    from llmtriage.catalog import GpuInfo, Signature
+
+    assert all(isinstance(s, Signature) for s in catalog.signatures())
+    assert all(isinstance(g, GpuInfo) for g in catalog.gpus())
+    with pytest.raises(AttributeError, match="no attribute 'no_such_catalog'"):
+        _ = catalog.no_such_catalog
+
+
+def test_the_redactors_database_is_stored_once_and_found_by_the_next_process(tmp_path: Path) -> None:
+    pytest.importorskip("hyperscan")
+    code = "from llmtriage.redact import Redactor\nRedactor().redact_text('export HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123')\n"
+    env = {**os.environ, "LLMTRIAGE_CACHE_DIR": str(tmp_path)}  # a fresh hash seed per process, as for users
+    entries = []
+    for _ in range(3):
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
+        entries.append(sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("redact-hints-")))
+    assert entries[0] and entries[0] == entries[1] == entries[2]

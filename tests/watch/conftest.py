@@ -99,14 +99,18 @@ class Load:
         self._thread.join(timeout=15)
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` every 0.2 s; fail with ``what`` when it has not held within ``timeout_s``."""
+def wait_until(
+    condition: Callable[[], bool], timeout_s: float, what: str, last_seen: Callable[[], object] | None = None
+) -> None:
+    """Poll ``condition`` every 0.2 s; fail with ``what`` (and ``last_seen()``, what it saw last) when it has not
+    held within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+    seen = f"; last seen: {last_seen()}" if last_seen is not None else ""
+    pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}{seen}")
 
 
 class RunningPrometheus:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from llmtriage.bench.workers import WorkerChoice
+
 
 class Endpoint(StrEnum):
     """The OpenAI-compatible API a run talks to."""
@@ -69,6 +71,7 @@ class BenchConfig:
     ignore_eos: bool = False
     timeout_s: float = 300.0
     workers: int = 1
+    worker_choice: WorkerChoice | None = None  # how ``workers`` was chosen, when the CLI chose it
     label: str = "bench"
     run_id: str = ""
     metrics_url: str | None = None

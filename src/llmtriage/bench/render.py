@@ -61,7 +61,10 @@ def build(result: BenchResult) -> RenderableType:
         + (f", {g.good_share:.0%} of measured" if g.good_share is not None else "")
         + ")"
     )
-    parts: list[RenderableType] = [head, counts, throughput, _latency_table(result)]
+    parts: list[RenderableType] = [head, counts, throughput]
+    if config.worker_choice is not None:
+        parts.append(Text(f"client workers: {config.worker_choice.reason}", style="dim"))
+    parts.append(_latency_table(result))
     if len(s.by_class) > 1:
         parts.append(_class_table(result))
     if result.server is not None:

@@ -88,6 +88,7 @@ def _iso(epoch_s: float) -> str:
 def to_dict(result: BenchResult) -> dict[str, Any]:
     """``result.json``: the stable, documented JSON form."""
     outcome, s, config = result.outcome, result.summary, result.outcome.config
+    choice = config.worker_choice
     data: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "llmtriage bench", "version": __version__},
@@ -119,6 +120,7 @@ def to_dict(result: BenchResult) -> dict[str, Any]:
             "ignore_eos": config.ignore_eos,
             "timeout_s": config.timeout_s,
             "workers": config.workers,
+            "worker_choice": None if choice is None else {**dataclasses.asdict(choice), "reason": choice.reason},
             "metrics_url": None if config.metrics_url is None else public_url(config.metrics_url),
             "scrape_interval_s": config.scrape_interval_s,
             "slo": {"ttft_ms": config.slo_ttft_ms, "tpot_ms": config.slo_tpot_ms},

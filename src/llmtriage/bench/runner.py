@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import multiprocessing
@@ -326,22 +327,29 @@ async def drive(
     """Run worker ``worker`` of ``workers`` from ``origin`` (perf_counter seconds) until done or ``stop``."""
     load = _Load(config, worker, workers, origin, counts)
     lag: list[float] = []
+    # What exists now (imports, the prompt pool) outlives the run: frozen, it is out of the collector's sight, so a
+    # full collection during the run walks only the run's objects (the CLI process starts a run holding ~49,000:
+    # walking them stalled a 512-stream run for 22 ms, every token waiting).
+    gc.freeze()
     cpu_before, wall_before = time.process_time(), perf_counter()
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
     timeout = aiohttp.ClientTimeout(total=config.timeout_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, trace_configs=[wire_trace()]) as session:
-        await aio.sleep_until(origin)
-        watcher = asyncio.create_task(_watch_lag(lag))
-        task = asyncio.create_task(load.closed(session) if config.closed_loop else load.open(session))
-        sides = {watcher, asyncio.create_task(stop.wait())}
-        if load.deadline is not None:
-            sides.add(asyncio.create_task(load.overrun()))
-        await asyncio.wait({task, *sides}, return_when=asyncio.FIRST_COMPLETED)
-        if not task.done():
-            await load.cut_short(task)
-        for side in sides:
-            side.cancel()
-        await asyncio.wait(sides)
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout, trace_configs=[wire_trace()]) as session:
+            await aio.sleep_until(origin)
+            watcher = asyncio.create_task(_watch_lag(lag))
+            task = asyncio.create_task(load.closed(session) if config.closed_loop else load.open(session))
+            sides = {watcher, asyncio.create_task(stop.wait())}
+            if load.deadline is not None:
+                sides.add(asyncio.create_task(load.overrun()))
+            await asyncio.wait({task, *sides}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                await load.cut_short(task)
+            for side in sides:
+                side.cancel()
+            await asyncio.wait(sides)
+    finally:
+        gc.unfreeze()
     return WorkerReport(
         worker=worker,
         records=tuple(load.records),

@@ -26,6 +26,7 @@ from llmtriage.bench.compare import NOISE_RATIO
 from llmtriage.bench.model import Arrival, BenchConfig
 from llmtriage.bench.result import RESULT_JSON, BenchResult, number_at
 from llmtriage.bench.summary import RATE_SHORTFALL_RATIO
+from llmtriage.bench.workers import WorkerChoice
 from llmtriage.catalog import Slo
 from llmtriage.errors import UsageError
 
@@ -76,7 +77,7 @@ def spread_rates(synchronous_per_s: float, throughput_per_s: float, levels: int)
 
 
 def level_config(
-    base: BenchConfig, plan: LevelPlan, label: str, max_concurrency: int, arrival: Arrival, workers: int
+    base: BenchConfig, plan: LevelPlan, label: str, max_concurrency: int, arrival: Arrival, workers: WorkerChoice
 ) -> BenchConfig:
     """The run of one level: ``base``'s workload with the level's load; a rate level is capped at
     ``max_concurrency`` in flight (GuideLLM's async strategy with ``max_concurrency``)."""
@@ -87,10 +88,19 @@ def level_config(
             concurrency=max_concurrency,
             arrival=arrival,
             label=label,
-            workers=workers,
+            workers=workers.workers,
+            worker_choice=workers,
             run_id="",
         )
-    return replace(base, request_rate_per_s=None, concurrency=plan.concurrency, label=label, workers=workers, run_id="")
+    return replace(
+        base,
+        request_rate_per_s=None,
+        concurrency=plan.concurrency,
+        label=label,
+        workers=workers.workers,
+        worker_choice=workers,
+        run_id="",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from llmtriage import catalog
 from llmtriage.capacity import quantization
 from llmtriage.capacity.quantization import QuantScheme
 from llmtriage.errors import UsageError
-from llmtriage.parse.model_config import language_model_fields
+from llmtriage.parse.hf_config import language_model_fields
 
 _HEADER_LIMIT_BYTES = 100 * 2**20
 _CONFIG_LIMIT_BYTES = 64 * 2**20

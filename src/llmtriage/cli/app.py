@@ -57,9 +57,7 @@ def load_commands(module: str) -> None:
 def command_summaries() -> dict[str, str]:
     """Each command's help as the listing of `--help` shows it: taken from the modules (all imported) the first
     time, then from the cache until a module of llmtriage.cli changes."""
-    package = Path(__file__).parent
-    stamps = [f"{p.name} {p.stat().st_mtime_ns} {p.stat().st_size}".encode() for p in sorted(package.glob("*.py"))]
-    entry = usercache.key("cli-summaries", __version__.encode(), *stamps)
+    entry = usercache.file_key("cli-summaries", Path(__file__).parent.glob("*.py"), __version__)
     cached = usercache.read(entry)
     if cached is not None:
         try:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import re
 import signal
@@ -23,6 +22,7 @@ from llmtriage import aio, catalog, strict_json
 from llmtriage.bench import compare as compare_mod
 from llmtriage.bench import plan, render, result, runner
 from llmtriage.bench import sweep as sweep_mod
+from llmtriage.bench import workers as workers_mod
 from llmtriage.bench.model import Arrival, BenchConfig, Endpoint, PromptLine, RequestClass, RunOutcome
 from llmtriage.catalog import Slo
 from llmtriage.cli.app import OutputFormat, app, fail, print_json, stderr, stdout
@@ -50,23 +50,9 @@ DEFAULT_MAX_TOKENS = 64
 DEFAULT_REQUESTS = 100
 DEFAULT_SWEEP_REQUESTS = 50
 DEFAULT_SWEEP_CONCURRENCY = 128
-STREAMS_PER_WORKER = 128
 MAX_PROMPTS_BYTES = 256 << 20
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Ctrl-C, and what CI runners and ``timeout`` send: both stop the run and keep what it has."""
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def auto_workers(concurrency: int | None, closed_loop: bool) -> int:
-    """One worker process per 128 concurrent streams (2 for an uncapped open loop), at most one per usable CPU."""
-    wanted = (1 if closed_loop else 2) if concurrency is None else math.ceil(concurrency / STREAMS_PER_WORKER)
-    return max(1, min(wanted, _usable_cpus(), concurrency or wanted))
 
 
 def _warmup(text: str) -> tuple[int, float]:
@@ -207,7 +193,11 @@ def bench(
     timeout: TimeoutOption = "300s",
     workers: Annotated[
         int | None,
-        typer.Option("--workers", help="Client processes (default: one per 128 concurrent streams, at most the CPUs)."),
+        typer.Option(
+            "--workers",
+            help="Client processes (default: one per 128 concurrent streams, at most one per usable core, "
+            "or per two when the server is on this machine).",
+        ),
     ] = None,
     explain_metrics: Annotated[
         bool, typer.Option("--explain-metrics", help="Print what every figure means (and other tools' names); exit.")
@@ -243,12 +233,16 @@ def bench(
         fail(UsageError("--prompt-chars has no effect with --prompts"))
     prompt_lines = () if prompts is None else _prompt_lines(prompts)
     closed = request_rate is None
-    chosen_workers = workers if workers is not None else auto_workers(concurrency, closed)
-    _positive("--workers", chosen_workers)
-    if chosen_workers > (concurrency or (1 if closed else chosen_workers)):
+    _positive("--workers", workers)
+    cpus, local = workers_mod.usable_cpus(), workers_mod.is_local(root)
+    if workers is None:
+        choice = workers_mod.choose(concurrency, closed, cpus, local)
+    else:
+        choice = workers_mod.given(workers, cpus, local)
+    if choice.workers > (concurrency or (1 if closed else choice.workers)):
         fail(
             UsageError(
-                f"--workers {chosen_workers} exceeds --concurrency {concurrency or 1}", "each worker holds a share"
+                f"--workers {choice.workers} exceeds --concurrency {concurrency or 1}", "each worker holds a share"
             )
         )
     name = _label(label)
@@ -270,7 +264,8 @@ def bench(
         prompts_file=None if prompts is None else str(prompts),
         ignore_eos=ignore_eos,
         timeout_s=parse_duration(timeout),
-        workers=chosen_workers,
+        workers=choice.workers,
+        worker_choice=choice,
         label=name,
         metrics_url=(metrics_url or root + "/metrics") if scrape else None,
         scrape_interval_s=interval_s,
@@ -517,13 +512,11 @@ class _SweepRunner:
         dir_name = level_plan.name(index)
         closed = level_plan.kind != sweep_mod.RATE
         concurrency = level_plan.concurrency if closed else self.max_concurrency
+        choice = workers_mod.choose(
+            concurrency, closed, workers_mod.usable_cpus(), workers_mod.is_local(self.base.base_url)
+        )
         config = sweep_mod.level_config(
-            self.base,
-            level_plan,
-            f"{self.base.label}/{dir_name}",
-            self.max_concurrency,
-            self.arrival,
-            auto_workers(concurrency, closed),
+            self.base, level_plan, f"{self.base.label}/{dir_name}", self.max_concurrency, self.arrival, choice
         )
         if self.levels and self.base.model is None:  # the first level found the model: ask once
             config = dataclasses.replace(config, model=self.levels[0].result.outcome.config.model)

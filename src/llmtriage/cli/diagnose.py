@@ -22,9 +22,6 @@ from llmtriage.cli.inputs import (
     NvidiaSmiOption,
     read_inputs,
 )
-from llmtriage.cli.report import write_report
-from llmtriage.cli.runbook import consult_runbook
-from llmtriage.cli.watch import run_fleet
 from llmtriage.diagnose.engine import diagnose as run_diagnosis
 from llmtriage.diagnose.model import SCHEMA_VERSION, Diagnosis
 from llmtriage.errors import NothingReadableError, UsageError
@@ -86,7 +83,9 @@ def diagnose(
                     "run diagnose twice: once with --prometheus, once with the bundle or files of one server",
                 )
             )
-        run_fleet(prometheus, selector, window, slo, output)
+        from llmtriage.cli.watch import run_fleet  # the fleet, the runbook and HTML are imported when asked for:
+
+        run_fleet(prometheus, selector, window, slo, output)  # all three cost every diagnose ~250 ms of start-up
     if selector is not None:
         fail(UsageError("--selector chooses instances in Prometheus", "give --prometheus URL with it"))
     thresholds = catalog.thresholds()
@@ -106,8 +105,12 @@ def diagnose(
         )
     result = run_diagnosis(evidence, thresholds)
     if not no_runbook:
+        from llmtriage.cli.runbook import consult_runbook
+
         consult_runbook(result, evidence, runbook)
     if html is not None:
+        from llmtriage.cli.report import write_report
+
         write_report(html, result, evidence, bundle, thresholds)
     _show(result, output)
     diagnosis_exit(result)

@@ -17,7 +17,6 @@ from rich.markup import escape
 
 from llmtriage.cli.app import fail, stderr
 from llmtriage.errors import UsageError
-from llmtriage.evidence import live
 from llmtriage.evidence.bundle import MAX_TEXT_BYTES, LooseFiles, read_evidence
 from llmtriage.facts import Evidence, Problem
 from llmtriage.urls import check_url
@@ -152,6 +151,9 @@ def _metrics_sources(
         if v.startswith(("http://", "https://"))
     ]
     health: bool | None = None
+    if urls:
+        from llmtriage.evidence import live  # aiohttp: ~100 ms that reading files does not need
+
     for value in values:
         if value in urls:
             scrapes = [live.scrape(value)]

@@ -32,7 +32,7 @@ from llmtriage.facts import (
     StackGpu,
     StatsPoint,
 )
-from llmtriage.parse.scanner import Block, LineMatch, LineScanner, ScanTotals, single_line
+from llmtriage.parse.scanner import Block, LineMatch, LineScanner, ScanTotals, literal_starts, single_line
 from llmtriage.parse.units import number, size_to_gib
 
 LIFECYCLE_PHASES = frozenset({"weights_load", "profile_run", "kv_alloc", "cuda_graph_capture"})
@@ -61,7 +61,8 @@ BULK_ROLES = frozenset({"access", "stats"})
 def _scanner() -> tuple[LineScanner, tuple[Signature, ...]]:
     sigs = catalog.signatures()
     bulk = frozenset(i for i, s in enumerate(sigs) if s.role in BULK_ROLES and not s.fallback)
-    return LineScanner([s.pattern for s in sigs], bulk=bulk), sigs
+    located = frozenset(i for i in bulk if sigs[i].role == "stats")
+    return LineScanner([s.pattern for s in sigs], bulk=bulk, located=located), sigs
 
 
 @cache
@@ -77,10 +78,34 @@ def _any_of(patterns: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in plain), re.MULTILINE)
 
 
+# `.*\bkey`: re backtracks through `.*` a character at a time, trying `\b` at each (~50 µs on a 3 kB engine config
+# line). Written `.*k(?<!\wk)ey`, the same match, it skips to each `k` instead.
+_ANY_THEN_WORD = re.compile(r"\.\*(\??)\\b(\w)")
+
+
+@cache
+def _line_regex(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled to find the same matches as its signature's regex, faster."""
+    return re.compile(_ANY_THEN_WORD.sub(lambda m: f".*{m[1]}{m[2]}(?<!\\w{m[2]})", pattern))
+
+
 @cache
 def _first_in_line(pattern: str) -> re.Pattern[str]:
     """``pattern`` over a block, matching once a line: its first match there, then the rest of the line."""
     return re.compile(single_line(pattern) + r"[^\n]*", re.MULTILINE)
+
+
+# What makes a match depend on the text around it: read on its own, the text it matched might match otherwise.
+_LOOKS_AROUND = re.compile(r"\^|\\[AbBZ]|\(\?<?[=!]")
+
+
+@cache
+def _matched_texts(pattern: str) -> re.Pattern[str] | None:
+    """``_first_in_line(pattern)`` without its groups (findall gives the text each match spans, not a tuple of its
+    groups: a fraction of the objects), when what it spans is all its groups depend on; else None."""
+    if _LOOKS_AROUND.search(pattern):
+        return None
+    return re.compile(re.sub(r"\(\?P<\w+>", "(?:", single_line(pattern)) + r"[^\n]*", re.MULTILINE)
 
 
 def excerpt(text: str, start: int) -> str:
@@ -165,17 +190,26 @@ class _Bulk:
     def whole_block(self, block: Block) -> bool:
         """Take the bulk lines of ``block`` in a few passes of C, without a Python step per line: counted, their
         statuses cited, their stats kept, the stage set around every line read line by line. Not for a block with
-        colours (stripping them would move every offset): False then."""
+        colours (stripping them would move every offset), nor for one with an access or stats line that is not ASCII
+        (rare): False then."""
         data = block.data
         if not block.bulk or b"\x1b" in data:
             return False
-        text = data.decode("utf-8", "replace")
         present = [(sig_id, _block_regex(self.sigs[sig_id].pattern)) for sig_id in sorted(block.bulk)]
         any_bulk = _any_of(tuple(self.sigs[sig_id].pattern for sig_id, _ in present))
+        # The block is read as Latin-1: a character a byte (offsets are the scanner's), none of the cost of decoding
+        # UTF-8 or of searching a text of wide characters. A line that is not ASCII reads otherwise as UTF-8; it is
+        # taken here only if it holds no bulk line read either way (the lines read one by one are decoded anyway).
+        wide = b"\n".join(data[start:end] for start, end in block.wide)
+        if any_bulk.search(wide.decode("utf-8", "replace")) or any_bulk.search(wide.decode("latin-1")):
+            return False
+        text = data.decode("latin-1")
         state, facts = self.state, self.facts
         after = 0
-        for hit, (start, end) in zip(block.hits, _spans(block, len(text) == len(data)), strict=True):
-            if any_bulk.search(text, after, start):
+        for hit in block.hits:
+            start, end = hit.offset, hit.offset + len(hit.line)
+            # (Not looked for when serving already: most often, and then the stage stays as it is either way.)
+            if state.stage != "serving" and any_bulk.search(text, after, start):
                 state.stage = "serving"
             same_line = []
             if any_bulk.search(text, start, end):
@@ -184,43 +218,52 @@ class _Bulk:
                 ]
             _read_line(hit, same_line, self, counted=True)
             after = end
-        if any_bulk.search(text, after):
+        if state.stage != "serving" and any_bulk.search(text, after):
             state.stage = "serving"
         last = -1
-        stats: list[tuple[int, int]] = []
+        stats: list[tuple[int, int, int]] = []
         for sig_id, _ in present:
             sig = self.sigs[sig_id]
             rx = _first_in_line(sig.pattern)
             if sig.role == "stats":
-                starts = [m.start() for m in rx.finditer(text)]
-                stats.extend((start, sig_id) for start in starts)
-                found = len(starts)
-                last = max(last, starts[-1] if starts else -1)
+                before = len(stats)
+                stats.extend(
+                    (m.start(), sig_id, line_no)
+                    for line_no, start, end in block.located[sig_id]
+                    if (m := rx.search(text, start, end))
+                )
+                found = len(stats) - before
+                last = max(last, stats[-1][0] if found else -1)
             else:
                 found, end = self._requests(sig_id, rx, text, block.line_base)
                 last = max(last, end)
             if sig.engine in ENGINES and found:
                 facts.engine_votes[sig.engine] += found
-        if last >= 0:
-            facts.last_serving_line[self.source] = max(
-                facts.last_serving_line.get(self.source, 0), block.line_base + text.count("\n", 0, last)
-            )
         stats.sort()
-        line_no, counted_to = block.line_base, 0
-        for start, sig_id in stats:
-            line_no += text.count("\n", counted_to, start)
-            counted_to = start
+        for start, sig_id, line_no in stats:
             self.stats.append(_PendingStats(line_no, _line_at(text, start).rstrip("\r"), sig_id))
             if len(self.stats) >= 2 * STATS_CAP:
                 # Halve the resolution rather than grow without bound; the series keeps its shape.
                 self.stats = self.stats[::2]
+        if last >= 0:
+            # Counted back from the end of the block, where the last access or stats line most often is.
+            line_no = block.line_base + block.newlines - text.count("\n", last)
+            facts.last_serving_line[self.source] = max(facts.last_serving_line.get(self.source, 0), line_no)
         return True
 
     def _requests(self, sig_id: int, rx: re.Pattern[str], text: str, line_base: int) -> tuple[int, int]:
         """Count the access lines of one signature in ``text``; (how many, where the last one starts or -1)."""
         facts, sig = self.facts, self.sigs[sig_id]
-        fields = operator.itemgetter(*(rx.groupindex[name] - 1 for name in ("method", "path", "status")))
-        requests = Counter(map(fields, rx.findall(text)))
+        plain = _matched_texts(sig.pattern)
+        if plain is None:
+            fields = operator.itemgetter(*(rx.groupindex[name] - 1 for name in ("method", "path", "status")))
+            requests = Counter(map(fields, rx.findall(text)))
+        else:
+            requests = Counter()
+            for matched, count in Counter(plain.findall(text)).items():
+                found = rx.match(matched)
+                assert found is not None  # the same pattern, on the text it matched
+                requests[found.group("method", "path", "status")] += count
         for (method, path, status), count in requests.items():
             redacted = self.paths.get(path)
             if redacted is None:
@@ -272,7 +315,8 @@ class _Bulk:
     def _redacted(self, line: str, sig: Signature) -> tuple[str, re.Match[str]]:
         """``line`` redacted, and the signature's match in it (in the line as it was, should redaction break it)."""
         text = line if self.redact is None else self.redact(line)
-        m = sig.regex.search(text) or sig.regex.search(line)
+        rx = _line_regex(sig.pattern)
+        m = rx.search(text) or rx.search(line)
         assert m is not None  # the line matched the signature when it was read
         return text, m
 
@@ -291,17 +335,20 @@ class _Bulk:
         return points
 
 
-def _spans(block: Block, ascii_only: bool) -> list[tuple[int, int]]:
-    """Where each line of ``block.hits`` starts and ends in the block's decoded text."""
-    if ascii_only:
-        return [(hit.offset, hit.offset + len(hit.line)) for hit in block.hits]
-    spans = []
-    at_bytes = at_text = 0
-    for hit in block.hits:
-        at_text += len(block.data[at_bytes : hit.offset].decode("utf-8", "replace"))
-        at_bytes = hit.offset
-        spans.append((at_text, at_text + len(hit.line.decode("utf-8", "replace"))))
-    return spans
+def _search(pattern: str, text: str) -> re.Match[str] | None:
+    """The signature regex ``pattern``'s first match in ``text``."""
+    rx, starts = _searcher(pattern)
+    if not starts:
+        return rx.search(text)
+    found = [at for start in starts if (at := text.find(start)) != -1]
+    return rx.search(text, min(found)) if found else None
+
+
+@cache
+def _searcher(pattern: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
+    """``pattern``'s line regex, and the texts one of which its every match starts with (str.find looks for them
+    first, ~10 times faster than a regex)."""
+    return _line_regex(pattern), literal_starts(pattern)
 
 
 def _last_start(rx: re.Pattern[str], text: str) -> int:
@@ -359,13 +406,16 @@ def _read_line(
     """One line that matched a signature read line by line, and ``bulk_here``: the bulk signatures it matched, in
     their place (``counted``: only as the stage goes, their lines being counted elsewhere)."""
     facts, state, source, sigs, redact = bulk.facts, bulk.state, bulk.source, bulk.sigs, bulk.redact
-    text = _ANSI.sub("", hit.line.decode("utf-8", "replace")).rstrip("\r")
+    text = hit.line.decode("utf-8", "replace")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    text = text.rstrip("\r")
     if redact is not None:
         text = redact(text)
     explained = False
     fallbacks: list[tuple[Signature, re.Match[str]]] = []
     in_bulk = {line[1]: line for line in bulk_here}
-    for pattern_id in sorted(hit.pattern_ids | in_bulk.keys()):
+    for pattern_id in sorted(hit.pattern_ids | in_bulk.keys() if in_bulk else hit.pattern_ids):
         if pattern_id in in_bulk:
             if counted:
                 state.stage = "serving"
@@ -373,7 +423,7 @@ def _read_line(
                 bulk.apply([in_bulk[pattern_id]])
             continue
         sig = sigs[pattern_id]
-        m = sig.regex.search(text)
+        m = _search(sig.pattern, text)
         if m is None:
             continue
         if sig.fallback:

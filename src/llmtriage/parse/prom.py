@@ -15,8 +15,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from llmtriage import catalog
 from llmtriage.facts import Histogram, MetricSnapshot, Problem
 
@@ -95,6 +93,10 @@ def sample_value(rest: str) -> float | None:
 
 def _parse_head(head: str) -> _Head | None:
     """A series (name and labels) by prometheus_client's parser; None when it cannot read it."""
+    # Imported on the first series read: the package brings its HTTP exposition along (~30 ms of every start-up,
+    # which a diagnose of a log alone need not pay).
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         for family in text_string_to_metric_families(head + " 0\n"):
             for sample in family.samples:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
-
-import yaml
+from pathlib import Path
 
 from llmtriage import catalog
 
@@ -48,7 +46,7 @@ def _words(text: str) -> Phrase:
 @cache
 def synonyms() -> dict[Phrase, tuple[Phrase, ...]]:
     """Each phrase of synonyms.yaml → the phrases of its group."""
-    data = yaml.safe_load(resources.files(__package__).joinpath("synonyms.yaml").read_text(encoding="utf-8"))
+    data = catalog.load_packaged_yaml(Path(__file__).with_name("synonyms.yaml"))
     if data.get("schema_version") != SYNONYMS_SCHEMA_VERSION:
         raise ValueError(
             f"synonyms.yaml: schema_version {data.get('schema_version')!r}, expected {SYNONYMS_SCHEMA_VERSION}"

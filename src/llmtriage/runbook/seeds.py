@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from importlib import resources
+from pathlib import Path
 
-import yaml
-
+from llmtriage import catalog
 from llmtriage.runbook.entry import Entry, check_ids
 
 SEEDS_SCHEMA_VERSION = 1
@@ -18,7 +17,7 @@ def seed_uid(cause: str) -> str:
 
 def seeds(recorded_at: str) -> list[Entry]:
     """The seed entries of seeds.yaml, checked against the tree."""
-    data = yaml.safe_load(resources.files(__package__).joinpath("seeds.yaml").read_text(encoding="utf-8"))
+    data = catalog.load_packaged_yaml(Path(__file__).with_name("seeds.yaml"))
     if data.get("schema_version") != SEEDS_SCHEMA_VERSION:
         raise ValueError(f"seeds.yaml: schema_version {data.get('schema_version')!r}, expected {SEEDS_SCHEMA_VERSION}")
     entries = []

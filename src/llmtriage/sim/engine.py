@@ -11,6 +11,7 @@ import asyncio
 import math
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,7 +19,7 @@ from llmtriage.capacity import GpuSpec, ModelSpec
 from llmtriage.capacity.weights import active_params
 from llmtriage.sim.faults import Fault
 from llmtriage.sim.memory import GIB, VLLM_SITE, VLLM_VERSION, EngineArgs, MemoryPlan
-from llmtriage.sim.metrics import SimMetrics
+from llmtriage.sim.metrics import SimMetrics, observe_many
 from llmtriage.sim.vlog import VllmLog
 
 # Achievable shares of the datasheet peaks, and the fixed cost of one step.
@@ -31,27 +32,35 @@ STATS_INTERVAL_S = 10.0
 # NVML's utilization.gpu: the share of this many simulated seconds the engine spent stepping.
 UTILIZATION_WINDOW_S = 1.0
 DEFAULT_OOM_RUNNING = 32
-# Below this a wall-clock sleep is not worth a timer; a loop behind the simulated clock still yields this often.
+# Below this a wall-clock sleep is not worth a timer.
 MIN_SLEEP_S = 0.0005
 # When the catalog lacks a figure for a GPU: an A100-class part.
 DEFAULT_TFLOPS = 312.0
 DEFAULT_BANDWIDTH_GBS = 2000.0
+# Behind the simulated clock, the engine still hands out tokens and lets handlers run after this much of its CPU time.
 YIELD_EVERY_S = 0.01
 
 
 class TokenStream:
-    """Where the engine puts a request's progress for its HTTP handler."""
+    """Where the engine puts a request's progress for its HTTP handler.
 
-    __slots__ = ("error", "event", "finish_reason", "produced")
+    ``event`` is set once the request finished or failed. A streaming handler sets ``on_tokens`` instead of waking per
+    token: the engine calls it for every running request each time it lets the event loop run (after each step when
+    on time, every ``YIELD_EVERY_S`` of CPU time when behind), so all the tokens since the last call go out in one
+    write.
+    """
+
+    __slots__ = ("error", "event", "finish_reason", "on_tokens", "produced")
 
     def __init__(self) -> None:
         self.produced = 0
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.event = asyncio.Event()
+        self.on_tokens: Callable[[], None] | None = None
 
-    def push(self, produced: int, finish_reason: str | None) -> None:
-        """Tokens so far, and why it finished when it did."""
+    def push(self, produced: int, finish_reason: str) -> None:
+        """The request finished with ``produced`` tokens, for ``finish_reason``."""
         self.produced = produced
         self.finish_reason = finish_reason
         self.event.set()
@@ -221,7 +230,7 @@ class Engine:
         self.on_death: list[asyncio.Event] = []
         self._wake = asyncio.Event()
         self._t0 = time.monotonic()
-        self._last_yield = self._t0
+        self._stepping_since_cpu_s = time.thread_time()
         self._busy: deque[tuple[float, float]] = deque()
         self._weights_bytes = memory.fit.weights_gib * GIB
         self._intermediate = model.intermediate_size or 4 * model.hidden_size
@@ -244,14 +253,25 @@ class Engine:
         return (time.monotonic() - self._t0) * self.speed
 
     async def _sleep_until(self, sim_s: float) -> None:
-        """Wait for the wall clock to reach ``sim_s``; when behind, keep stepping but let handlers run every 10 ms."""
+        """Wait for the wall clock to reach ``sim_s``; when behind, keep stepping but let handlers run every 10 ms of
+        CPU time."""
         wall = (sim_s - self.now()) / self.speed
         if wall > MIN_SLEEP_S:
+            self._deliver()
             await asyncio.sleep(wall)
-            self._last_yield = time.monotonic()
-        elif time.monotonic() - self._last_yield > YIELD_EVERY_S:
+            self._stepping_since_cpu_s = time.thread_time()
+        elif time.thread_time() - self._stepping_since_cpu_s > YIELD_EVERY_S:
+            # Counted in this thread's CPU time: the steps between two hand-outs stay as many on a busy machine.
+            self._deliver()
             await asyncio.sleep(0)
-            self._last_yield = time.monotonic()
+            self._stepping_since_cpu_s = time.thread_time()
+
+    def _deliver(self) -> None:
+        """Let each running request's handler write the tokens it has not sent yet."""
+        for req in self.running:
+            on_tokens = req.stream.on_tokens
+            if on_tokens is not None:
+                on_tokens()
 
     # ------------------------------------------------------------ requests
 
@@ -285,20 +305,26 @@ class Engine:
         budget = self.max_num_batched_tokens
         batch: list[tuple[SimRequest, int]] = []
         preempted = False
+        running = self.running
+        block_size = self.kv.block_size
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            new = min(req.known_tokens - req.computed, budget)
-            while not self._grow(req, new):
-                victim = self.running.pop()
+        while i < len(running) and budget > 0:
+            req = running[i]
+            new = min(req.prompt_tokens + req.output - req.computed, budget)
+            # Most steps of a running request fit in the blocks it holds: a new one every block_size tokens.
+            if -(-(req.computed + new) // block_size) > len(req.blocks) and not self._grow(req, new):
+                # Out of blocks: preempt the newest until this one fits, or is preempted itself.
+                victim = running.pop()
                 self._preempt(victim)
                 preempted = True
+                while victim is not req and not self._grow(req, new):
+                    victim = running.pop()
+                    self._preempt(victim)
                 if victim is req:
-                    break
-            else:
-                batch.append((req, new))
-                budget -= new
-                i += 1
+                    continue
+            batch.append((req, new))
+            budget -= new
+            i += 1
         if preempted:
             return batch
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -404,12 +430,14 @@ class Engine:
             self._apply_faults()
             if self.stalled or not (self.waiting or self.running):
                 self._wake.clear()
+                self._deliver()
                 await self._wait_for_work()
                 continue
             start = self.now()
             batch = self._schedule()
             if not batch:
                 self._wake.clear()
+                self._deliver()
                 await self._wait_for_work()
                 continue
             if self._oom_triggered(batch):
@@ -434,52 +462,46 @@ class Engine:
             return
 
     def _complete(self, batch: list[tuple[SimRequest, int]], now: float) -> None:
+        # Runs once per request of the step: field updates only, but at a request's first and last token; the
+        # step's token counts and inter-token gaps go to the metrics once, after the loop.
         metrics = self.metrics
+        prefix_caching = self.kv.prefix_caching
         finished = False
         tokens = 0
         generated = 0
-        itl = metrics.itl
+        # Inter-token gaps by the time of the previous token: most of a step's requests share one.
+        gaps: dict[float, int] = {}
         for req, new in batch:
             tokens += new
             before = req.computed
-            req.computed += new
-            if self.kv.prefix_caching and before < req.prompt_tokens:
-                for index in range(
-                    before // self.kv.block_size, min(req.computed, req.prompt_tokens) // self.kv.block_size
-                ):
-                    if index < len(req.block_hashes):
-                        self.kv.register(req.blocks[index], req.block_hashes[index])
-            if req.computed < req.known_tokens:
+            req.computed = computed = before + new
+            if before < req.prompt_tokens and prefix_caching:
+                self._register_prompt_blocks(req, before)
+            output = req.output
+            if computed < req.prompt_tokens + output:
                 continue
             if not req.counted_prompt:
-                req.counted_prompt = True
-                computed = req.prompt_tokens - req.cached_tokens
-                self.prompt_tokens_total += req.prompt_tokens
-                metrics.prompt_tokens.inc(req.prompt_tokens)
-                metrics.prompt_tokens_computed.inc(computed)
-                metrics.prompt_tokens_cache_hit.inc(req.cached_tokens)
-                metrics.prompt_tokens_cached.inc(req.cached_tokens)
-                metrics.prompt_tokens_cached_device.inc(req.cached_tokens)
-                metrics.prefill_kv_computed.observe(computed)
-            req.output += 1
+                self._count_prompt(req)
+            req.output = output = output + 1
             generated += 1
-            if req.first_token_s is None:
+            last = req.last_token_s
+            if last is None:
                 req.first_token_s = now
                 metrics.ttft.observe(now - req.arrival_s)
                 metrics.prefill_time.observe(now - (req.scheduled_s or now))
-            elif req.last_token_s is not None:
-                itl.observe(now - req.last_token_s)
+            else:
+                gaps[last] = gaps.get(last, 0) + 1
             req.last_token_s = now
-            reason = None
-            if req.output >= req.max_tokens:
-                reason = "length"
-            elif req.stop_after is not None and req.output >= req.stop_after:
-                reason = "stop"
-            if reason is not None:
-                self._finish(req, reason, now)
+            if output >= req.max_tokens:
+                self._finish(req, "length", now)
+                finished = True
+            elif req.stop_after is not None and output >= req.stop_after:
+                self._finish(req, "stop", now)
                 finished = True
             else:
-                req.stream.push(req.output, None)
+                req.stream.produced = output
+        for last, count in gaps.items():
+            observe_many(metrics.itl, now - last, count)
         metrics.iteration_tokens.observe(tokens)
         if generated:
             self.generation_tokens_total += generated
@@ -492,6 +514,26 @@ class Engine:
             self.prefix_queries_total += self._step_prefix_queries
             self.prefix_hits_total += self._step_prefix_hits
             self._step_prefix_queries = self._step_prefix_hits = 0
+
+    def _register_prompt_blocks(self, req: SimRequest, before: int) -> None:
+        """Prefix caching: the prompt blocks this step filled (from token ``before`` on) hold their hashes now."""
+        block_size = self.kv.block_size
+        for index in range(before // block_size, min(req.computed, req.prompt_tokens) // block_size):
+            if index < len(req.block_hashes):
+                self.kv.register(req.blocks[index], req.block_hashes[index])
+
+    def _count_prompt(self, req: SimRequest) -> None:
+        """The prompt is in the KV cache: count its tokens, computed and cached, once per request."""
+        metrics = self.metrics
+        req.counted_prompt = True
+        computed = req.prompt_tokens - req.cached_tokens
+        self.prompt_tokens_total += req.prompt_tokens
+        metrics.prompt_tokens.inc(req.prompt_tokens)
+        metrics.prompt_tokens_computed.inc(computed)
+        metrics.prompt_tokens_cache_hit.inc(req.cached_tokens)
+        metrics.prompt_tokens_cached.inc(req.cached_tokens)
+        metrics.prompt_tokens_cached_device.inc(req.cached_tokens)
+        metrics.prefill_kv_computed.observe(computed)
 
     def _finish(self, req: SimRequest, reason: str, now: float) -> None:
         req.finish_reason = reason
@@ -660,7 +702,7 @@ class Engine:
             await asyncio.sleep(STATS_INTERVAL_S / self.speed)
             prompt, generation = self.prompt_tokens_total, self.generation_tokens_total
             active = self.running or self.waiting or prompt != prompt_before or generation != generation_before
-            if active and self.dead is None:
+            if active and self.dead is None and self.log.enabled:
                 queries = self.prefix_queries_total
                 hit_rate = 100.0 * self.prefix_hits_total / queries if queries else 0.0
                 self.log.api(

@@ -4,6 +4,7 @@ or as llama.cpp's llama-server does (engine ``llama_cpp``: sim/llamacpp.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import random
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from llmtriage import __version__
 from llmtriage.capacity import GpuSpec, ModelSpec
@@ -33,6 +34,12 @@ DEFAULT_TDP_W = 400.0
 IDLE_POWER_SHARE = 0.1
 IDLE_TEMPERATURE_C = 32.0
 BUSY_TEMPERATURE_RISE_C = 40.0
+# The kernel caps it at net.core.somaxconn. A burst of connects beyond the accept queue is dropped: those clients
+# retry seconds later or are reset. aiohttp's SockSite listens again with its own backlog (128 unless told), so it is
+# passed there too.
+LISTEN_BACKLOG = 65535
+# Past this much unsent output to one client, its tokens wait for a later write (aiohttp's own drain threshold).
+WRITE_BUFFER_LIMIT_BYTES = 0x10000
 
 
 @dataclass(slots=True)
@@ -78,6 +85,55 @@ class BadRequest(Exception):
         super().__init__(message)
         self.body = body or _error_body(message, kind, code, param)
         self.code = code
+
+
+class SseTokens:
+    """A request's streamed token events, byte for byte as vLLM's OpenAI server writes them, from pre-encoded parts:
+    each event is ``data: {head},"choices":[{"index":0,"text":`` (or chat's ``"delta":{"content":``), the token as a
+    JSON string, and the rest of the choice."""
+
+    __slots__ = ("chat", "prefix", "seed")
+
+    def __init__(self, head: str, seed: int, chat: bool) -> None:
+        opening = '"delta":{"content":' if chat else '"text":'
+        self.prefix = f'data: {head},"choices":[{{"index":0,{opening}'.encode()
+        self.seed = seed
+        self.chat = chat
+
+    def tokens(self, start: int, stop: int, finish_reason: str | None = None) -> bytes:
+        """The events of tokens ``start`` to ``stop - 1``; with ``finish_reason``, the last one carries it."""
+        if start >= stop:
+            return b""
+        endings = _CHAT_ENDINGS if self.chat else _COMPLETION_ENDINGS
+        if finish_reason is None:
+            return self.prefix + self.prefix.join(text.pick(endings, self.seed, start, stop))
+        (piece,) = text.pick(text.TOKENS_JSON, self.seed, stop - 1, stop)
+        last = (piece + _ending(self.chat, f'"{finish_reason}"')).encode()
+        return self.prefix + self.prefix.join([*text.pick(endings, self.seed, start, stop - 1), last])
+
+
+def _ending(chat: bool, finish_reason: str) -> str:
+    """What follows a token's text in its event, with ``finish_reason`` as JSON (``null`` or a quoted string)."""
+    if chat:
+        return f'}},"logprobs":null,"finish_reason":{finish_reason}}}]}}\n\n'
+    return f',"logprobs":null,"finish_reason":{finish_reason},"stop_reason":null}}]}}\n\n'
+
+
+_CHAT_ENDINGS = tuple((piece + _ending(True, "null")).encode() for piece in text.TOKENS_JSON)
+_COMPLETION_ENDINGS = tuple((piece + _ending(False, "null")).encode() for piece in text.TOKENS_JSON)
+
+
+def raise_open_files_limit() -> None:
+    """The soft open-files limit up to the hard one: every open stream holds a socket."""
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        # An unlimited hard limit is more than the kernel lets a process have: then the soft one stays.
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 class SimServer:
@@ -394,9 +450,7 @@ class SimServer:
 
     async def _complete(self, req: SimRequest, seed: int, chat: bool) -> web.Response:
         stream = req.stream
-        while stream.finish_reason is None and stream.error is None:
-            await stream.event.wait()
-            stream.event.clear()
+        await stream.event.wait()
         if stream.error is not None:
             return web.json_response(_error_body(stream.error, "InternalServerError", 500), status=500)
         content = "".join(text.token_text(seed, i) for i in range(stream.produced))
@@ -442,41 +496,45 @@ class SimServer:
             await response.write(
                 f'data: {head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n'.encode()
             )
+        events = SseTokens(head, seed, chat)
         stream = req.stream
+        transport = request.transport
+        # HTTP/1.1 gets chunked transfer encoding; an HTTP/1.0 client reads until the connection closes.
+        chunked = response.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
         sent = 0
-        while True:
+
+        def on_tokens() -> None:
+            # The headers went out in prepare(), so what is written straight to the socket follows them in order.
+            nonlocal sent
+            if transport is None or transport.is_closing():
+                stream.event.set()  # the client went away: wake the handler to abort the request
+                return
+            produced = stream.produced
+            if produced > sent and transport.get_write_buffer_size() <= WRITE_BUFFER_LIMIT_BYTES:
+                body = events.tokens(sent, produced)
+                transport.write(b"%x\r\n%b\r\n" % (len(body), body) if chunked else body)
+                sent = produced
+
+        stream.on_tokens = on_tokens
+        try:
             await stream.event.wait()
-            stream.event.clear()
-            if stream.error is not None:
-                await response.write(
-                    f"data: {json.dumps(_error_body(stream.error, 'InternalServerError', 500))}\n\n".encode()
-                )
-                break
-            produced, finish = stream.produced, stream.finish_reason
-            parts = []
-            for index in range(sent, produced):
-                piece = text.token_json(seed, index)
-                reason = f'"{finish}"' if finish is not None and index == produced - 1 else "null"
-                if chat:
-                    parts.append(
-                        f'data: {head},"choices":[{{"index":0,"delta":{{"content":{piece}}},"logprobs":null,"finish_reason":{reason}}}]}}\n\n'
-                    )
-                else:
-                    parts.append(
-                        f'data: {head},"choices":[{{"index":0,"text":{piece},"logprobs":null,"finish_reason":{reason},"stop_reason":null}}]}}\n\n'
-                    )
-            sent = produced
-            if finish is not None:
-                if include_usage:
-                    parts.append(
-                        f'data: {head},"choices":[],"usage":{json.dumps(self._usage(req), separators=(",", ":"))}}}\n\n'
-                    )
-                parts.append("data: [DONE]\n\n")
-            if parts:
-                await response.write("".join(parts).encode())
-            if finish is not None:
-                break
-        await response.write_eof()
+        finally:
+            stream.on_tokens = None
+        if stream.error is not None:
+            tail = f"data: {json.dumps(_error_body(stream.error, 'InternalServerError', 500))}\n\n".encode()
+        elif stream.finish_reason is None:
+            return response  # the client went away; the caller aborts the request
+        else:
+            tail = events.tokens(sent, stream.produced, stream.finish_reason)
+            if include_usage:
+                usage = json.dumps(self._usage(req), separators=(",", ":"))
+                tail += f'data: {head},"choices":[],"usage":{usage}}}\n\n'.encode()
+            tail += b"data: [DONE]\n\n"
+        try:
+            await response.write(tail)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client left as its last tokens went out: nothing is held for it any more
         return response
 
     # ------------------------------------------------------------ other endpoints
@@ -601,9 +659,10 @@ class SimServer:
             status = e.status
             raise
         finally:
-            peer = request.transport.get_extra_info("peername") if request.transport else None
-            where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "127.0.0.1:0"
-            self.log.access(where, request.method, request.path_qs, status)
+            if self.log.enabled:
+                peer = request.transport.get_extra_info("peername") if request.transport else None
+                where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "127.0.0.1:0"
+                self.log.access(where, request.method, request.path_qs, status)
             route = request.match_info.route.resource
             handler_name = route.canonical if route is not None else request.path
             if handler_name.startswith("/v1/"):
@@ -645,13 +704,14 @@ class SimServer:
                 self.log.raw(f"OSError: [Errno {e.errno}] {e.strerror}")
             self.exit_code = 1
             return None
-        sock.listen(1024)
+        sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
         return sock
 
     async def serve(self) -> int:
         """Start, serve until stopped (SIGINT/SIGTERM) or the engine dies; return the process exit code."""
         cfg = self.config
+        raise_open_files_limit()
         sock = self._bind()
         if sock is None:
             return self.exit_code
@@ -664,7 +724,7 @@ class SimServer:
         self.engine.on_death.append(died)
         runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.SockSite(runner, sock)
+        site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
         await site.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -6,7 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 CHARS_PER_TOKEN = 4
 CHAT_TOKENS_PER_MESSAGE = 4
@@ -215,14 +218,18 @@ def block_hashes(text: str, prompt_tokens: int, block_size: int) -> tuple[int, .
 
 
 _TOKENS = tuple(" " + w for w in WORDS)
-_TOKENS_JSON = tuple(json.dumps(t) for t in _TOKENS)
+TOKENS_JSON = tuple(json.dumps(t) for t in _TOKENS)
+# Consecutive tokens of a request step through the words by this stride (coprime with their count: all are used).
+_STRIDE = 7919
+
+
+def pick(table: Sequence[T], seed: int, start: int, stop: int) -> list[T]:
+    """The entries of ``table`` (one per word, in :data:`WORDS` order) for a request's output tokens ``start`` to
+    ``stop - 1``."""
+    n = len(WORDS)
+    return [table[(seed + index * _STRIDE) % n] for index in range(start, stop)]
 
 
 def token_text(seed: int, index: int) -> str:
     """The ``index``-th output token of a request."""
-    return _TOKENS[(seed + index * 7919) % len(_TOKENS)]
-
-
-def token_json(seed: int, index: int) -> str:
-    """:func:`token_text` as a JSON string literal (precomputed: this is the streaming hot path)."""
-    return _TOKENS_JSON[(seed + index * 7919) % len(_TOKENS_JSON)]
+    return _TOKENS[(seed + index * _STRIDE) % len(_TOKENS)]

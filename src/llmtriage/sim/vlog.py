@@ -35,6 +35,11 @@ class VllmLog:
         self._file: TextIO | None = log_file.open("a", encoding="utf-8", buffering=1) if log_file else None
         self._echo = echo
 
+    @property
+    def enabled(self) -> bool:
+        """Whether a line goes anywhere: callers skip formatting the busy ones (access, stats) when not."""
+        return self._echo or self._file is not None
+
     def close(self) -> None:
         """Close the log file."""
         if self._file is not None:

@@ -10,10 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
-
-import yaml
 
 from llmtriage import catalog
 from llmtriage.errors import UsageError
@@ -121,8 +119,7 @@ class AlertShape:
 
 @cache
 def _data() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("signals.yaml").read_text(encoding="utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = catalog.load_packaged_yaml(Path(__file__).with_name("signals.yaml"))
     if data.get("schema_version") != SCHEMA_VERSION:
         raise catalog.CatalogError(f"watch/signals.yaml: schema_version {data.get('schema_version')} is not 1")
     return data
