@@ -4,6 +4,7 @@
     .venv/bin/python scripts/score_incidents.py --all      # a line per case
     .venv/bin/python scripts/score_incidents.py --half B   # one half
     .venv/bin/python scripts/score_incidents.py --extra    # the extra set (tests/fixtures/incidents-extra)
+    .venv/bin/python scripts/score_incidents.py --extra --only 5   # only the files whose name starts with 5
 
 Half A is the one rules are written against, half B is held out (tests/incidents.py says how they are split).
 Only names, classes and cause ids are printed, never a case's evidence, so checking B does not show its lines.
@@ -25,8 +26,10 @@ def main() -> None:
     parser.add_argument("--half", choices=("A", "B"), help="score one half only")
     parser.add_argument("--all", action="store_true", help="print every case, not only the misses")
     parser.add_argument("--extra", action="store_true", help="score tests/fixtures/incidents-extra instead")
+    parser.add_argument("--only", metavar="PREFIX", help="score only the files whose name starts with PREFIX")
     args = parser.parse_args()
     paths = [p for p in (EXTRA_INCIDENTS if args.extra else INCIDENTS) if args.half is None or half(p) == args.half]
+    paths = [p for p in paths if args.only is None or p.name.startswith(args.only)]
     scores = score_all(paths)
     for s in scores:
         miss = not s.class_ok or (s.cause_scored and not s.first_ok)

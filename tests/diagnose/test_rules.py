@@ -647,3 +647,61 @@ def test_llama_cpp_kv_full_wording_is_no_kv_space_only_for_a_positive_ret(
     )
     cls, causes = _diagnosed(tmp_path, log)
     assert (causes[:1] == ["concurrency_exceeds_kv_pool"]) is named, (cls, causes)
+
+
+# SGLang's watchdog only counts while the scheduler holds a batch; TGI's router tags the lines of a request batch with
+# its span: either shows the server was serving. Lines from sgl-project/sglang#4163 and
+# huggingface/text-generation-inference#1374 (the catalog's examples).
+WATCHDOG = "[2025-03-09 00:57:15 TP4] Watchdog timeout (self.watchdog_timeout=300)\n"
+TGI_BATCH_OOM = (
+    "2024-01-02T10:00:00.000000Z ERROR batch{batch_size=1}:prefill:prefill{id=1 size=1}:prefill{id=1 size=1}:"
+    " text_generation_client: router/client/src/lib.rs:33: Server error: CUDA out of memory. Tried to allocate"
+    " 222.00 MiB. GPU 0 has a total capacty of 39.39 GiB of which 217.94 MiB is free.\n"
+)
+# The contrast: the same message with no request batch's span on it (built), as when it is not a request's.
+TGI_UNPLACED_OOM = TGI_BATCH_OOM.replace("batch{batch_size=1}:prefill:prefill{id=1 size=1}:prefill{id=1 size=1}:", "")
+
+
+@pytest.mark.parametrize(
+    ("log", "up", "cls"),
+    [
+        (WATCHDOG, "yes", "engine_stalled"),
+        (
+            WATCHDOG
+            + "[2025-03-09 00:57:20] Received sigquit from a child proces. It usually means the child failed.\n"
+            + "Killed\n",
+            "yes",
+            "engine_stalled",
+        ),
+        (TGI_BATCH_OOM, "yes", "runtime_oom"),
+        (TGI_UNPLACED_OOM, "no", "startup_oom"),
+    ],
+    ids=["watchdog", "watchdog-then-killed", "tgi-request-batch-oom", "tgi-oom-no-batch"],
+)
+def test_an_error_only_a_serving_engine_prints_means_it_was_up(tmp_path: Path, log: str, up: str, cls: str) -> None:
+    assert questions.server_up(scene(tmp_path / "q", log=log)).answer == up
+    assert _diagnosed(tmp_path / "d", log)[0] == cls
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # ik_llama.cpp discussion (2025-08-03), the text format
+        'INFO [      log_server_request] request | tid="132614511681536" timestamp=1754241226'
+        ' remote_addr="192.168.0.201" remote_port=62771 status=200 method="POST" path="/v1/chat/completions" params={}',
+        # a llama.cpp server walkthrough (2023-07), JSON in insertion order
+        '{"timestamp":1689524758,"level":"INFO","function":"log_server_request","line":1076,"message":"request",'
+        '"remote_addr":"127.0.0.1","remote_port":61649,"status":200,"method":"POST","path":"/completion","params":{}}',
+        # a llama.cpp issue thread (2024-04), JSON with sorted keys
+        '{"function":"log_server_request","level":"INFO","line":2730,"method":"POST","msg":"request","params":{},'
+        '"path":"/completion","remote_addr":"127.0.0.1","remote_port":37158,"status":200,"tid":"133124421846592",'
+        '"timestamp":1712615664}',
+    ],
+    ids=["text", "json", "json-sorted"],
+)
+def test_the_old_llama_cpp_server_access_lines_show_it_serving(tmp_path: Path, line: str) -> None:
+    found = scene(tmp_path / "ok", log=line + "\n")
+    assert found.http_posts == (1, 0, 0)
+    assert questions.server_up(found).answer == "yes"
+    failed = line.replace("200", "500")
+    assert scene(tmp_path / "failed", log=failed + "\n").http_posts == (1, 0, 1)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
+from llmtriage import catalog
 from llmtriage.catalog import FATAL_FAMILIES, SERVING_FAMILIES, Thresholds
 from llmtriage.diagnose.stack import StackFinding, check, merged_stack
 from llmtriage.facts import (
@@ -52,6 +53,11 @@ SERVING_ONLY_PHASES = frozenset({"scheduling"})
 PEER_WAIT_SIGNATURES = ("vllm_shm_broadcast_wait",)
 # HTTP statuses a live server answers when it is too busy to take a request.
 REFUSED_STATUSES = frozenset({429, 503})
+
+
+@cache
+def _serving_only_signatures() -> frozenset[str]:
+    return frozenset(s.id for s in catalog.signatures() if s.serving_only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,18 +220,20 @@ class Scene:
     @cached_property
     def serving_seen(self) -> Citation | None:
         """Evidence that the server served: a ready line, access or stats lines, an answer to a request (a
-        rejection too), a load test's figures, /metrics or /health answering."""
+        rejection too), a line only a serving engine prints, a load test's figures, /metrics or /health answering."""
         if self.ready is not None:
             return self.ready.cite()
         if self.log.http_status_citations:
             return next(iter(self.log.http_status_citations.values()))
         if self.log.stats:
             return self.log.stats[0].cite()
+        serving_only = _serving_only_signatures()
         answered = next(
             (
                 e
                 for e in self.events
-                if e.role == "error" and (e.family in SERVING_FAMILIES or e.phase in SERVING_ONLY_PHASES)
+                if (e.role == "error" and (e.family in SERVING_FAMILIES or e.phase in SERVING_ONLY_PHASES))
+                or e.signature in serving_only
             ),
             None,
         )
