@@ -50,12 +50,15 @@ def _capture_under_load(sim: RunningSim, out: Path, payloads: list[dict[str, obj
     return Path(proc.stdout.splitlines()[0])
 
 
+# The slow-decoding faults use prompts whose prefill fits one step's token budget (16 x 100 < 2,048): with 300-token
+# prompts the 16 requests were admitted over several steps, and a capture whose first scrape fell in that queue read a
+# TTFT p95 over its SLO (2.42 s, 2 of 11 runs), a race of the test, not the fault it is about.
 @pytest.mark.parametrize(
     ("model", "gpu", "fault", "prompt_tokens", "max_tokens", "streams", "symptom_class", "first_cause"),
     [
-        ("Qwen/Qwen2.5-14B-Instruct", "L40S", "throttle:kind=thermal,clock=0.5", 300, 400, 16,
+        ("Qwen/Qwen2.5-14B-Instruct", "L40S", "throttle:kind=thermal,clock=0.5", 100, 400, 16,
          "slow_generation", "power_thermal_throttling"),
-        ("Qwen/Qwen2.5-14B-Instruct", "L40S", "contention:memory_gib=6,share=0.3", 300, 400, 16,
+        ("Qwen/Qwen2.5-14B-Instruct", "L40S", "contention:memory_gib=6,share=0.3", 100, 400, 16,
          "slow_generation", "gpu_contention_other_process"),
         ("meta-llama/Llama-3.1-8B-Instruct", "H100 SXM", "runtime-oom:running=24@3s", 500, 2000, 40,
          "runtime_oom", "concurrency_exceeds_kv_pool"),
