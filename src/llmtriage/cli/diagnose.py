@@ -83,9 +83,11 @@ def diagnose(
                     "run diagnose twice: once with --prometheus, once with the bundle or files of one server",
                 )
             )
-        from llmtriage.cli.watch import run_fleet  # the fleet, the runbook and HTML are imported when asked for:
+        # The fleet, the runbook and the HTML report are imported when asked for: all three would cost every
+        # diagnose ~250 ms of start-up.
+        from llmtriage.cli.watch import run_fleet
 
-        run_fleet(prometheus, selector, window, slo, output)  # all three cost every diagnose ~250 ms of start-up
+        run_fleet(prometheus, selector, window, slo, output)
     if selector is not None:
         fail(UsageError("--selector chooses instances in Prometheus", "give --prometheus URL with it"))
     thresholds = catalog.thresholds()

@@ -151,11 +151,10 @@ def _metrics_sources(
         if v.startswith(("http://", "https://"))
     ]
     health: bool | None = None
-    if urls:
-        from llmtriage.evidence import live  # aiohttp: ~100 ms that reading files does not need
-
     for value in values:
         if value in urls:
+            from llmtriage.evidence import live  # aiohttp: ~100 ms that reading files does not need
+
             scrapes = [live.scrape(value)]
             if window_s:
                 stderr.print(
