@@ -1,5 +1,5 @@
 """``python -m llmtriage``."""
 
-from llmtriage.cli import main
+from llmtriage.entry import main
 
 main()

@@ -18,6 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from llmtriage import catalog, usercache
+from llmtriage.errors import ExitCode
 from llmtriage.parse import scanner
 from llmtriage.parse.scanner import LineScanner, ScanTotals
 
@@ -110,7 +111,7 @@ def _modules_after(argv: list[str], cache: Path) -> set[str]:
     code = (
         "import json, sys\n"
         f"sys.argv = {['llmtriage', *argv]!r}\n"
-        "from llmtriage.cli import main\n"
+        "from llmtriage.entry import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "sys.stderr.write(json.dumps(sorted(sys.modules)))\n"
     )
@@ -134,6 +135,43 @@ def test_help_and_fit_import_no_other_command(tmp_path: Path) -> None:
     # the typed facts' classes, OpenSSL's hashes.
     slow = {"rich", "pydantic", "yaml", "llmtriage.catalog.triage", "llmtriage.facts", "_hashlib"}
     assert not slow & fit_modules
+
+
+def test_the_entry_point_freezes_start_up_and_runs_the_command_with_the_collector_on() -> None:
+    code = (
+        "import gc, json, sys\n"
+        "import llmtriage.cli\n"
+        "seen = {}\n"
+        "def command():\n"
+        "    seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count(), fit='llmtriage.cli.fit' in sys.modules)\n"
+        "llmtriage.cli.main = command\n"
+        "sys.argv = ['llmtriage', 'fit', '--model', 'Qwen/Qwen3-8B']\n"
+        "from llmtriage.entry import main\n"
+        "main()\n"
+        "print(json.dumps(seen))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    seen = json.loads(done.stdout)
+    assert seen["enabled"] is True
+    assert seen["frozen"] > 10_000  # typer's and the command's modules, imported before the command runs
+    assert seen["fit"] is True
+
+
+def test_a_command_whose_module_fails_to_import_fails_inside_the_error_handling(tmp_path: Path) -> None:
+    code = (
+        "import importlib, sys\n"
+        "app = importlib.import_module('llmtriage.cli.app')  # the package's `app` is the typer app\n"
+        "def broken(module):\n"
+        "    raise RuntimeError('a broken install')\n"
+        "app.load_commands = broken\n"
+        "sys.argv = ['llmtriage', 'fit', '--model', 'Qwen/Qwen3-8B']\n"
+        "from llmtriage.entry import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == int(ExitCode.INTERNAL)
+    assert "internal error: RuntimeError: a broken install" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_a_changed_file_gets_a_new_cache_entry(tmp_path: Path) -> None:

@@ -34,6 +34,9 @@ _OPTIONAL = frozenset({"sxm", "pcie", "nvl", "rtx"})
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(?:gb|g|gib)$")
 _MEMORY_UNIT = frozenset({"gb", "g", "gib"})
 _NUMBER = re.compile(r"^(\d+(?:\.\d+)?)$")
+_WORD = re.compile(r"[a-z0-9.]+")
+_SXM = re.compile(r"sxm\d*")
+_RTX = re.compile(r"rtx(\d+)")
 # Two memory sizes within this many GB are the same (the catalog's figures are whole marketing sizes).
 _MEMORY_TOLERANCE_GB = 1.0
 _SUGGESTIONS = 5
@@ -64,7 +67,7 @@ class _Key:
 
 
 def _key(name: str) -> _Key:
-    words = re.findall(r"[a-z0-9.]+", name.lower())
+    words = _WORD.findall(name.lower())
     tokens: set[str] = set()
     memory: float | None = None
     i = 0
@@ -81,9 +84,9 @@ def _key(name: str) -> _Key:
             continue
         if word in _NOISE:
             continue
-        if re.fullmatch(r"sxm\d*", word):
+        if _SXM.fullmatch(word):
             tokens.add("sxm")
-        elif (split := re.fullmatch(r"rtx(\d+)", word)) is not None:
+        elif (split := _RTX.fullmatch(word)) is not None:
             tokens.update(("rtx", split.group(1)))
         else:
             tokens.add(word)

@@ -3,19 +3,27 @@
 ``Qwen/Qwen3-32B-AWQ``, ``unsloth/Llama-3.3-70B-Instruct-bnb-4bit`` and ``RedHatAI/Llama-3.1-8B-Instruct-FP8-dynamic``
 are priced as their base architecture in the catalog plus the quantization their name states; the rules are
 data (catalog/model_names.yaml). A name is matched to a base only when its family, version and size words all
-agree, so a suggestion never passes one model size or family off as another.
+agree, so a suggestion never passes one model size or family off as another. A name that matches no base gets an
+error listing the catalog models of its family and size.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, replace
 
 from llmtriage import catalog
+from llmtriage.capacity import hub
+from llmtriage.capacity.model import ModelSpec
 from llmtriage.capacity.quantization import QuantScheme, scheme
+from llmtriage.capacity.resolve import from_catalog
+from llmtriage.errors import UsageError
 
 _WORD_SPLIT = re.compile(r"[-_\s]+")
+_MAX_LISTED = 6  # catalog models an unknown name's error suggests
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,3 +120,109 @@ def size_pattern() -> re.Pattern[str]:
 def size_words(name: str) -> frozenset[str]:
     """The words of ``name`` that state a size (``32b``, ``a22b``, ``8x7b``)."""
     return frozenset(w for w in words(name) if _naming().size.match(w))
+
+
+@functools.cache
+def _catalog_by_words(second_pass: bool) -> dict[tuple[str, ...], tuple[str, ...]]:
+    index: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for model_id in catalog.models():
+        index[words(model_id.split("/")[-1], second_pass=second_pass)].append(model_id)
+    return {key: tuple(sorted(ids)) for key, ids in index.items()}
+
+
+def _contained_key(stem_words: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The longest catalog name, size included, that ends a fine-tune's name (``Hermes-3-Llama-3.1-8B`` ends in
+    ``Llama-3.1-8B``); None when none or two different ones do. A word after the base name (``Llama-3.1-8B-Instrukt``)
+    is more likely a typo than a fine-tune."""
+    size = size_pattern()
+    found = {
+        key
+        for key in _catalog_by_words(False)
+        if any(size.match(w) for w in key) and len(key) < len(stem_words) and stem_words[-len(key) :] == key
+    }
+    longest = max((len(k) for k in found), default=0)
+    best = [k for k in found if len(k) == longest]
+    return best[0] if len(best) == 1 else None
+
+
+def _base_for(derived: DerivedName) -> tuple[ModelSpec, str] | None:
+    """The catalog base of ``derived``, and what had to be assumed to reach it ("" for nothing)."""
+    for second_pass in (False, True):
+        ids = _catalog_by_words(second_pass).get(words(derived.stem, second_pass=second_pass), ())
+        if ids:
+            return _one_shape(
+                derived, ids
+            ), "its release or reasoning variant assumed to share it" if second_pass else ""
+    contained = _contained_key(words(derived.stem))
+    if contained is not None:
+        ids = _catalog_by_words(False)[contained]
+        return _one_shape(derived, ids), "a fine-tune assumed to keep the architecture its name states"
+    return None
+
+
+def _one_shape(derived: DerivedName, ids: tuple[str, ...]) -> ModelSpec:
+    """The catalog model among ``ids`` named most like ``derived``; ids of different shapes are ambiguous."""
+    specs = [s for s in (from_catalog(i) for i in ids) if s is not None]
+    if len({s.shape for s in specs}) > 1:
+        listed = "; ".join(f"{s.name} ({s.num_layers} layers, hidden {s.hidden_size})" for s in specs)
+        raise UsageError(
+            f"--model {derived.name!r}: matches catalog models of different shapes: {listed}",
+            "give the one you serve, or its config.json",
+        )
+    wanted = set(words(derived.stem, keep_variants=True))
+    return min(specs, key=lambda s: (len(wanted ^ set(words(s.name.split("/")[-1], keep_variants=True))), s.name))
+
+
+def derived_spec(name: str) -> ModelSpec | None:
+    """``name`` priced as its catalog base plus the quantization its name states, else None."""
+    derived = split_name(name)
+    if derived.unpriceable:
+        raise UsageError(f"--model {name!r}: {derived.unpriceable}")
+    found = _base_for(derived)
+    if found is None:
+        return None
+    base, assumed = found
+    quant = derived.quantization or base.quant
+    how = [f"priced as {base.name}'s architecture"]
+    if assumed:
+        how.append(f"({assumed})")
+    if derived.quantization is not None:
+        how.append(f"with {derived.quantization.label} from the name's suffix {derived.suffix!r}")
+    elif quant is not None:
+        how.append(f"with the base checkpoint's {quant.label}")
+    note = f"{name}: not in the catalog; " + " ".join(how)
+    return replace(base, name=name, quant=quant, note=note, weights_bytes=None)
+
+
+def _same_family(stem: str) -> list[str]:
+    """Catalog ids of the family of ``stem`` (its first word; else that word without its version), closest first."""
+    first = next(iter(words(stem)), "")
+    if not first:
+        return []
+    ids = sorted(catalog.models())
+    family = [i for i in ids if next(iter(words(i.split("/")[-1])), "") == first]
+    if not family:
+        loose = first.rstrip("0123456789.")
+        family = [i for i in ids if loose and next(iter(words(i.split("/")[-1])), "").startswith(loose)]
+    similarity = {i: difflib.SequenceMatcher(None, stem.lower(), i.split("/")[-1].lower()).ratio() for i in family}
+    return sorted(family, key=lambda i: -similarity[i])
+
+
+def unknown_name(name: str, online: bool) -> UsageError:
+    """The error for a name nothing resolves, listing only catalog models of the same family and size."""
+    stem = split_name(name).stem
+    wanted_sizes = size_words(stem)
+    same = _same_family(stem)
+    if wanted_sizes:
+        same = [i for i in same if size_words(i.split("/")[-1]) == wanted_sizes]
+    if same and wanted_sizes:
+        hint = f"did you mean {', '.join(same[:_MAX_LISTED])}? (same family and size)"
+    elif same:
+        hint = f"catalog models of that family, each a different model: {', '.join(same[:_MAX_LISTED])}"
+    else:
+        hint = "no catalog model of that family and size"
+    hint += "; or give the model's directory or config.json"
+    if not online:
+        hint += ", or --online to read its config.json from the Hugging Face Hub"
+    where = f"not a local path, not in the Hugging Face cache ({hub.cache_dir()}), not in the catalog"
+    return UsageError(f"--model {name!r}: {where}", hint)
