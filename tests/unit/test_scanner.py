@@ -1,15 +1,26 @@
-"""The line scanner: Hyperscan and Python's re agree, at any chunk size, on any bytes."""
+"""The line scanner: Hyperscan and Python's re agree, at any chunk size, on any bytes, in this process or matched by a
+child."""
 
 from __future__ import annotations
 
+import errno
 import io
+import multiprocessing
+import os
 import re
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from pathlib import Path
 
 import pytest
 
 from llmtriage import catalog
+from llmtriage.facts import LogFacts
 from llmtriage.parse import scanner
+from llmtriage.parse.logs import read_log
 from llmtriage.parse.scanner import LineScanner, ScanTotals
+from llmtriage.redact import Redactor
 
 from ..conftest import FIXTURES
 
@@ -175,3 +186,127 @@ def test_the_lines_of_a_located_bulk_pattern_are_found(use_hyperscan: bool) -> N
         (5, b"Running: 3 reqs"),
     ]
     assert 1 not in block.located and [h.line_no for h in block.hits] == [3]
+
+
+def _real_log_bytes(copies: int) -> bytes:
+    logs = b"".join(path.read_bytes() for path in sorted((FIXTURES / "vllm-cpu" / "logs").glob("*.log")))
+    return logs * copies + b"OSError: [Errno 98] Address already in use"  # the last line has no newline
+
+
+Hit = tuple[int, bytes, frozenset[int], int]
+SeenBlock = tuple[bytes, int, list[Hit], frozenset[int], list[tuple[int, int]], int]
+
+
+def _blocks(stream: io.BufferedIOBase) -> tuple[list[SeenBlock], ScanTotals]:
+    totals = ScanTotals()
+    blocks = LineScanner(PATTERNS, bulk=frozenset({0, 1})).scan_blocks(stream, totals)  # type: ignore[arg-type]
+    seen = [
+        (
+            b.data,
+            b.line_base,
+            [(h.line_no, h.line, h.pattern_ids, h.offset) for h in b.hits],
+            b.bulk,
+            b.wide,
+            b.newlines,
+        )
+        for b in blocks
+    ]
+    return seen, totals
+
+
+@pytest.fixture
+def child_marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every file is matched by a child, in small blocks; each child leaves a file in the returned directory."""
+    monkeypatch.setattr(scanner, "CHILD_MIN_BYTES", 0)
+    monkeypatch.setattr(scanner, "CHUNK_BYTES", 4096)
+    marks = tmp_path / "children"
+    marks.mkdir()
+    send = LineScanner._send_found
+
+    def marked(self: LineScanner, receiver: Connection, sender: Connection, fd: int, start: int) -> None:
+        (marks / str(os.getpid())).touch()
+        send(self, receiver, sender, fd, start)
+
+    monkeypatch.setattr(LineScanner, "_send_found", marked)
+    return marks
+
+
+def test_a_large_file_matched_by_a_child_reads_as_a_stream_does(tmp_path: Path, child_marks: Path) -> None:
+    data = _real_log_bytes(3)
+    path = tmp_path / "serving.log"
+    path.write_bytes(data)
+    expected, expected_totals = _blocks(io.BytesIO(data))
+    with path.open("rb") as f:
+        f.read(100)  # a stream already read from: the child starts where it stands
+        assert _blocks(f) == _blocks(io.BytesIO(data[100:]))
+    with path.open("rb") as f:
+        seen, totals = _blocks(f)
+    assert len(list(child_marks.iterdir())) == 2
+    assert seen == expected and len(seen) > 50
+    assert totals == expected_totals and totals.lines == data.count(b"\n") + 1
+
+
+def test_a_child_that_dies_leaves_the_rest_to_this_process(
+    tmp_path: Path, child_marks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def dies_after_two_blocks(self: LineScanner, receiver: Connection, sender: Connection, fd: int, start: int) -> None:
+        for count, (_, found) in enumerate(self._match_blocks(scanner._FileRange(fd, start), 1)):
+            if count == 2:
+                os._exit(1)
+            sender.send(found)
+
+    monkeypatch.setattr(LineScanner, "_send_found", dies_after_two_blocks)
+    data = _real_log_bytes(2)
+    path = tmp_path / "serving.log"
+    path.write_bytes(data)
+    with path.open("rb") as f:
+        seen, totals = _blocks(f)
+    expected, expected_totals = _blocks(io.BytesIO(data))
+    # The blocks read here after the child died are cut elsewhere; the lines, the hits and the totals are the same.
+    assert b"".join(b[0] for b in seen) == data
+    assert [h[:3] for b in seen for h in b[2]] == [h[:3] for b in expected for h in b[2]]
+    assert totals == expected_totals
+
+
+def test_without_a_child_process_to_be_had_the_file_is_matched_here(
+    tmp_path: Path, child_marks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(self: object) -> None:
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.get_context("fork").Process, "start", refused)
+    data = _real_log_bytes(2)
+    path = tmp_path / "serving.log"
+    path.write_bytes(data)
+    with path.open("rb") as f:
+        assert _blocks(f) == _blocks(io.BytesIO(data))
+    assert not list(child_marks.iterdir())
+
+
+def test_a_log_read_with_a_child_leaves_the_same_facts(tmp_path: Path, child_marks: Path) -> None:
+    data = _real_log_bytes(2)
+    path = tmp_path / "serving.log"
+    path.write_bytes(data)
+    streamed, from_file = LogFacts(), LogFacts()
+    read_log(io.BytesIO(data), "serving.log", streamed, Redactor().redact_text)
+    with path.open("rb") as f:
+        read_log(f, "serving.log", from_file, Redactor().redact_text)
+    assert list(child_marks.iterdir())
+    assert from_file == streamed and from_file.events and from_file.http_status
+
+
+def test_output_buffered_before_the_child_starts_is_written_once(tmp_path: Path) -> None:
+    path = tmp_path / "serving.log"
+    path.write_bytes(_real_log_bytes(1))
+    code = (
+        "import sys\n"
+        "from llmtriage.facts import LogFacts\n"
+        "from llmtriage.parse import logs, scanner\n"
+        "scanner.CHILD_MIN_BYTES = 0\n"
+        "sys.stdout.write('buffered before the scan')\n"  # a pipe: held in the buffer, not yet written
+        f"with open({str(path)!r}, 'rb') as f:\n"
+        "    logs.read_log(f, 'serving.log', LogFacts())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout == "buffered before the scan"
+    assert done.stderr == ""

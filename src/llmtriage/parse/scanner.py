@@ -6,16 +6,24 @@ chunk with Python's ``re``. Both report the same thing: for every line that matc
 bytes and the indices of the patterns it matched, and which lines are not ASCII. Callers re-run the exact
 Python regex on those few lines to extract values, so the scanner only has to find a superset of the
 matching lines: Hyperscan is given each pattern cut to its shortest tail (see shortest_tail), and a
-pattern reported once a block only its fixed head (see fixed_head).
+pattern reported once a block only its fixed head (see fixed_head). A large regular file is matched by a forked
+child while the caller reads the blocks it has already matched (see LineScanner._match_in_child).
 """
 
 from __future__ import annotations
 
+import io
+import multiprocessing
+import os
 import platform
 import re
+import signal
+import stat
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -30,6 +38,9 @@ except ImportError:  # pragma: no cover - platforms without a Hyperscan wheel
 CHUNK_BYTES = 4 << 20
 # A "line" longer than this (binary junk without newlines) is cut, so one chunk never grows unbounded.
 MAX_LINE_BYTES = 1 << 20
+# A regular file with at least this much left to read is matched by a child process (on Linux): below it, starting
+# one would cost more than the overlap saves.
+CHILD_MIN_BYTES = 32 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +389,54 @@ def _line_end(block: bytes, start: int) -> int:
     return stop if stop != -1 else len(block)
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What the matcher found in one block, in plain containers (a child process sends it whole; the caller makes a
+    :class:`Block` of it)."""
+
+    size: int
+    line_base: int
+    next_line: int
+    newlines: int
+    hits: list[tuple[int, int, int, tuple[int, ...]]]
+    """Each line a line-by-line pattern matched: its number, where it starts and ends, the patterns."""
+    bulk: tuple[int, ...]
+    located: dict[int, list[tuple[int, int, int]]]
+    wide: list[tuple[int, int]]
+
+
+class _Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+class _FileRange:
+    """A file descriptor read from ``offset`` on by position (os.pread): it moves no file position another process
+    shares."""
+
+    def __init__(self, fd: int, offset: int) -> None:
+        self._fd = fd
+        self._offset = offset
+
+    def read(self, size: int, /) -> bytes:
+        data = os.pread(self._fd, size, self._offset)
+        self._offset += len(data)
+        return data
+
+
+def _large_regular_file(stream: BinaryIO) -> int | None:
+    """The descriptor of ``stream`` when it is a regular file with CHILD_MIN_BYTES or more left to read, on Linux
+    (where a forked child is cheap and safe); else None."""
+    if sys.platform != "linux" or not isinstance(stream, io.BufferedReader | io.FileIO):
+        return None
+    try:
+        fd = stream.fileno()
+        info = os.fstat(fd)
+        left = info.st_size - stream.tell()
+    except (OSError, ValueError):
+        return None
+    return fd if stat.S_ISREG(info.st_mode) and left >= CHILD_MIN_BYTES else None
+
+
 class LineScanner:
     """Finds the lines of a stream that match any of ``patterns``.
 
@@ -413,8 +472,33 @@ class LineScanner:
 
     def scan_blocks(self, stream: BinaryIO, totals: ScanTotals) -> Iterator[Block]:
         """Yield ``stream`` a block of whole lines at a time, in order; ``totals`` counts what was read."""
-        carry = b""  # the start of a line the next read ends
         line_base = 1
+        for data, found in self._found_blocks(stream):
+            totals.bytes += len(data)
+            yield Block(
+                data,
+                found.line_base,
+                [
+                    LineMatch(line_no, data[start:stop], frozenset(ids), start)
+                    for line_no, start, stop, ids in found.hits
+                ],
+                frozenset(found.bulk),
+                found.located,
+                found.wide,
+                found.newlines,
+            )
+            line_base = found.next_line
+        totals.lines = line_base - 1
+
+    def _found_blocks(self, stream: BinaryIO) -> Iterator[tuple[bytes, _Found]]:
+        fd = _large_regular_file(stream)
+        if fd is None:
+            return self._match_blocks(stream, 1)
+        return self._match_in_child(stream, fd)
+
+    def _match_blocks(self, stream: _Readable, line_base: int) -> Iterator[tuple[bytes, _Found]]:
+        """Each block of ``stream`` and what the matcher found in it, in this process."""
+        carry = b""  # the start of a line the next read ends
         while True:
             data = stream.read(CHUNK_BYTES)
             cut = data.rfind(b"\n") + 1
@@ -425,18 +509,67 @@ class LineScanner:
                 continue
             else:
                 block, carry = carry + data, b""
-            totals.bytes += len(block)
             if block:
-                scanned = self._block(block, line_base)
-                yield scanned
-                line_base += scanned.newlines + (0 if block.endswith(b"\n") else 1)
+                found = self._find(block, line_base)
+                yield block, found
+                line_base = found.next_line
             if not data:
-                totals.lines = line_base - 1
                 return
 
-    def _block(self, block: bytes, line_base: int) -> Block:
+    def _match_in_child(self, stream: BinaryIO, fd: int) -> Iterator[tuple[bytes, _Found]]:
+        """Each block of the regular file ``stream`` and what the matcher found in it, found by a child process while
+        this one reads the blocks before: on two cores the match and the caller's reading of its results overlap.
+        Both read the file by offset (os.pread), so neither moves the other's position. Should the child die, this
+        process matches the rest itself."""
+        start = offset = stream.tell()
+        line_base = 1
+        receiver, sender = multiprocessing.Pipe(duplex=False)
+        child = multiprocessing.get_context("fork").Process(
+            target=self._send_found, args=(receiver, sender, fd, start), name="llmtriage-scan", daemon=True
+        )
+        try:
+            child.start()
+        except OSError:  # no process to be had (a limit on processes, no memory for one): all of it here
+            receiver.close()
+            yield from self._match_blocks(stream, 1)
+            return
+        finally:
+            sender.close()
+        try:
+            while True:
+                try:
+                    found = receiver.recv()
+                except (EOFError, OSError):
+                    break  # the child died or failed: the rest is matched here (an error it met is met again)
+                if found is None:
+                    return
+                data = os.pread(fd, found.size, offset)
+                if len(data) < found.size:
+                    return  # the file was cut short while it was read: it ends here, as a read of it would
+                yield data, found
+                offset += found.size
+                line_base = found.next_line
+            yield from self._match_blocks(_FileRange(fd, offset), line_base)
+        finally:
+            receiver.close()
+            if child.is_alive():
+                child.terminate()
+            child.join()
+
+    def _send_found(self, receiver: Connection, sender: Connection, fd: int, start: int) -> None:
+        """The child's side of :meth:`_match_in_child`."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends this process
+        receiver.close()  # the parent's end: should the parent die, sending fails here instead of waiting forever
+        try:
+            for _, found in self._match_blocks(_FileRange(fd, start), 1):
+                sender.send(found)
+            sender.send(None)
+        except Exception:
+            pass  # the parent matches the rest itself (and meets again an error met here)
+
+    def _find(self, block: bytes, line_base: int) -> _Found:
         ends = self._matcher.match_ends(block)
-        bulk = frozenset(i for _, i in ends if i in self._bulk)
+        bulk = {i for _, i in ends if i in self._bulk}
         wide = sorted((block.rfind(b"\n", 0, end) + 1, end) for end, i in ends if i == self._wide)
         skipped = {self._wide, *(bulk - self._located)}
         located_here = bulk & self._located
@@ -450,7 +583,7 @@ class LineScanner:
             if ids is None:
                 by_start[start] = ids = set()
             ids.add(pattern_id)
-        lines: list[LineMatch] = []
+        hits: list[tuple[int, int, int, tuple[int, ...]]] = []
         located: dict[int, list[tuple[int, int, int]]] = {}
         line_no, counted_to = line_base, 0
         for start in sorted(by_start):
@@ -463,6 +596,7 @@ class LineScanner:
                     located.setdefault(pattern_id, []).append((line_no, start, stop))
                 ids -= located_here
             if ids:
-                lines.append(LineMatch(line_no, block[start:stop], frozenset(ids), offset=start))
+                hits.append((line_no, start, stop, tuple(ids)))
         newlines = line_no - line_base + block.count(b"\n", counted_to)
-        return Block(block, line_base, lines, bulk, located, wide, newlines)
+        next_line = line_base + newlines + (0 if block.endswith(b"\n") else 1)
+        return _Found(len(block), line_base, next_line, newlines, hits, tuple(bulk), located, wide)
