@@ -283,6 +283,36 @@ def test_without_a_child_process_to_be_had_the_file_is_matched_here(
     assert not list(child_marks.iterdir())
 
 
+def test_a_file_cut_short_while_it_is_read_ends_where_it_was_cut(
+    tmp_path: Path, child_marks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def matches_all_then_sends(
+        self: LineScanner, receiver: Connection, sender: Connection, fd: int, start: int
+    ) -> None:
+        (child_marks / str(os.getpid())).touch()
+        for found in [found for _, found in self._match_blocks(scanner._FileRange(fd, start), 1)]:
+            sender.send(found)
+        sender.send(None)
+
+    monkeypatch.setattr(LineScanner, "_send_found", matches_all_then_sends)
+    data = _real_log_bytes(3)
+    path = tmp_path / "serving.log"
+    path.write_bytes(data)
+    totals = ScanTotals()
+    blocks = []
+    with path.open("rb") as f:
+        for block in LineScanner(PATTERNS).scan_blocks(f, totals):
+            if not blocks:
+                cut = 3 * len(block.data) + 10  # rotated by copy and truncate, mid-line, after the child read it all
+                os.truncate(path, cut)
+            blocks.append(block)
+    assert list(child_marks.iterdir())
+    # The blocks wholly before the cut; not the one it cuts in two, nor what the child had matched past it.
+    assert totals.bytes == sum(len(b.data) for b in blocks) < cut
+    assert b"".join(b.data for b in blocks) == data[: totals.bytes] and len(blocks) >= 2
+    assert all(h.line == b.data[h.offset : h.offset + len(h.line)] and h.line for b in blocks for h in b.hits)
+
+
 def test_a_log_read_with_a_child_leaves_the_same_facts(tmp_path: Path, child_marks: Path) -> None:
     data = _real_log_bytes(2)
     path = tmp_path / "serving.log"

@@ -558,9 +558,9 @@ class LineScanner:
 
     def _send_found(self, receiver: Connection, sender: Connection, fd: int, start: int) -> None:
         """The child's side of :meth:`_match_in_child`."""
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends this process
-        receiver.close()  # the parent's end: should the parent die, sending fails here instead of waiting forever
         try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends this process
+            receiver.close()  # the parent's end: should the parent die, sending fails here instead of waiting forever
             for _, found in self._match_blocks(_FileRange(fd, start), 1):
                 sender.send(found)
             sender.send(None)
