@@ -158,13 +158,11 @@ def _finder(patterns: Sequence[bytes]) -> Callable[[bytes], bool]:
     """Whether bytes hold a match of one of ``patterns`` (without named groups). With Hyperscan when it is installed:
     Python's re tries an alternation of many literals at ~50 ns a character, most of the cost of redacting a log
     line; Hyperscan takes ~0.4 µs a line."""
-    try:
-        import hyperscan
-    except ImportError:  # pragma: no cover - platforms without a Hyperscan wheel
+    from llmtriage.parse.scanner import hyperscan, stored_database
+
+    if hyperscan is None:  # pragma: no cover - platforms without a Hyperscan wheel
         pattern = re.compile(b"|".join(b"(?:%s)" % p for p in patterns))
         return lambda text: pattern.search(text) is not None
-    from llmtriage.parse.scanner import stored_database
-
     key = tuple(patterns)
     flags = [hyperscan.HS_FLAG_SINGLEMATCH] * len(key)
 

@@ -32,7 +32,15 @@ from llmtriage.facts import (
     StackGpu,
     StatsPoint,
 )
-from llmtriage.parse.scanner import Block, LineMatch, LineScanner, ScanTotals, literal_starts, single_line
+from llmtriage.parse.scanner import (
+    Block,
+    LineMatch,
+    LineScanner,
+    ScanTotals,
+    literal_starts,
+    single_line,
+    unnamed_line_pattern,
+)
 from llmtriage.parse.units import number, size_to_gib
 
 LIFECYCLE_PHASES = frozenset({"weights_load", "profile_run", "kv_alloc", "cuda_graph_capture"})
@@ -74,8 +82,7 @@ def _block_regex(pattern: str) -> re.Pattern[str]:
 @cache
 def _any_of(patterns: tuple[str, ...]) -> re.Pattern[str]:
     """Whether one of ``patterns`` matches, in one search over a block."""
-    plain = (re.sub(r"\(\?P<\w+>", "(?:", single_line(p)) for p in patterns)
-    return re.compile("|".join(f"(?:{p})" for p in plain), re.MULTILINE)
+    return re.compile("|".join(f"(?:{unnamed_line_pattern(p)})" for p in patterns), re.MULTILINE)
 
 
 # `.*\bkey`: re backtracks through `.*` a character at a time, trying `\b` at each (~50 µs on a 3 kB engine config
@@ -105,7 +112,7 @@ def _matched_texts(pattern: str) -> re.Pattern[str] | None:
     groups: a fraction of the objects), when what it spans is all its groups depend on; else None."""
     if _LOOKS_AROUND.search(pattern):
         return None
-    return re.compile(re.sub(r"\(\?P<\w+>", "(?:", single_line(pattern)) + r"[^\n]*", re.MULTILINE)
+    return re.compile(unnamed_line_pattern(pattern) + r"[^\n]*", re.MULTILINE)
 
 
 def excerpt(text: str, start: int) -> str:

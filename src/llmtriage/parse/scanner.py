@@ -93,7 +93,7 @@ class _BlockMatcher(Protocol):
 class _HyperscanMatcher:
     def __init__(self, patterns: Sequence[str], once: frozenset[int]) -> None:
         """``once``: the patterns reported once a block (whether they occur is all the scan needs to know of them)."""
-        expressions = [*(_to_hyperscan(p) for p in patterns), _WIDE_LINE]
+        expressions = [*(unnamed_line_pattern(p) for p in patterns), _WIDE_LINE]
         flags = [
             hyperscan.HS_FLAG_MULTILINE | (hyperscan.HS_FLAG_SINGLEMATCH if i in once else 0)
             for i in range(len(expressions))
@@ -180,8 +180,9 @@ class _RegexMatcher:
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 
-def _to_hyperscan(pattern: str) -> str:
-    # Hyperscan has no capture semantics; named groups become plain groups.
+def unnamed_line_pattern(pattern: str) -> str:
+    """``single_line(pattern)`` with its named groups made plain: for Hyperscan, which has no captures, and for
+    texts matched whole or patterns joined into one alternation (two may name the same group)."""
     return _NAMED_GROUP.sub("(?:", single_line(pattern))
 
 
