@@ -453,7 +453,7 @@ class SimServer:
         await stream.event.wait()
         if stream.error is not None:
             return web.json_response(_error_body(stream.error, "InternalServerError", 500), status=500)
-        content = "".join(text.token_text(seed, i) for i in range(stream.produced))
+        content = "".join(text.pick(text.TOKENS, seed, 0, stream.produced))
         choice: dict[str, Any] = {
             "index": 0,
             "logprobs": None,

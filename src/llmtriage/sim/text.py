@@ -217,8 +217,9 @@ def block_hashes(text: str, prompt_tokens: int, block_size: int) -> tuple[int, .
     return tuple(hashes)
 
 
-_TOKENS = tuple(" " + w for w in WORDS)
-TOKENS_JSON = tuple(json.dumps(t) for t in _TOKENS)
+# The output tokens, one per word, as text and as JSON string literals (the streaming hot path writes these).
+TOKENS = tuple(" " + w for w in WORDS)
+TOKENS_JSON = tuple(json.dumps(t) for t in TOKENS)
 # Consecutive tokens of a request step through the words by this stride (coprime with their count: all are used).
 _STRIDE = 7919
 
@@ -228,8 +229,3 @@ def pick(table: Sequence[T], seed: int, start: int, stop: int) -> list[T]:
     ``stop - 1``."""
     n = len(WORDS)
     return [table[(seed + index * _STRIDE) % n] for index in range(start, stop)]
-
-
-def token_text(seed: int, index: int) -> str:
-    """The ``index``-th output token of a request."""
-    return _TOKENS[(seed + index * _STRIDE) % len(_TOKENS)]
